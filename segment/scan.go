@@ -1,0 +1,235 @@
+package segment
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/anchordb/anchordb/internal/errs"
+)
+
+// Frame is one record read from a segment, with its place in the file.
+type Frame struct {
+	Offset int64
+	Size   int
+	Record Record // slices alias the scanner's buffer until the next call
+}
+
+// Scanner reads a segment file front to back, checking every frame's hash and
+// the chain: seqs follow the header's first seq with no gap, each prev_hash is
+// the previous record's hash (the header's prev hash for the first). It is the
+// one reader used by recovery, verification and index rebuilds, so all three
+// agree on what a valid segment is.
+type Scanner struct {
+	r      io.ReaderAt
+	size   int64
+	Header Header
+	// HeaderSize is the size of the header in bytes; frames start there.
+	HeaderSize int
+
+	off      int64 // file offset of the next frame
+	buf      []byte
+	bufStart int64 // file offset of buf[0]
+
+	nextSeq  uint64
+	prevHash Hash
+	count    uint64
+	footer   *Footer
+	err      error
+}
+
+// scanChunk is the read size. Frames larger than this are read whole (their
+// length is bounded by the file size, never trusted on its own).
+const scanChunk = 1 << 20
+
+// NewScanner reads and checks the header of a segment of the given size. A
+// file too short to hold its header yields a Torn *FrameError.
+func NewScanner(r io.ReaderAt, size int64) (*Scanner, error) {
+	s := &Scanner{r: r, size: size}
+	if err := s.fill(0, min(size, int64(headerFixed+MaxAnchorID))); err != nil {
+		return nil, err
+	}
+	h, n, err := ParseHeader(s.buf)
+	if err != nil {
+		return nil, err
+	}
+	s.Header, s.HeaderSize = h, n
+	s.off = int64(n)
+	s.nextSeq, s.prevHash = h.FirstSeq, h.PrevHash
+	return s, nil
+}
+
+// fill makes buf hold at least n bytes from off (fewer only at EOF).
+func (s *Scanner) fill(off, n int64) error {
+	if off >= s.bufStart && off+n <= s.bufStart+int64(len(s.buf)) {
+		return nil
+	}
+	want := max(n, scanChunk)
+	if rest := s.size - off; want > rest {
+		want = rest
+	}
+	if want < 0 {
+		want = 0
+	}
+	if int64(cap(s.buf)) < want {
+		s.buf = make([]byte, want)
+	}
+	s.buf = s.buf[:want]
+	m, err := s.r.ReadAt(s.buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read segment at %d: %w", off, err)
+	}
+	s.buf, s.bufStart = s.buf[:m], off
+	return nil
+}
+
+// window returns the bytes from off to the end of what is buffered.
+func (s *Scanner) window(off int64) []byte { return s.buf[off-s.bufStart:] }
+
+// Next returns the next frame. At the end it returns io.EOF; a seal ends the
+// segment (Footer then reports it). A frame that cannot be read yields a
+// *FrameError whose Offset is the frame's file offset; the scanner stops there.
+func (s *Scanner) Next() (Frame, error) {
+	if s.err != nil {
+		return Frame{}, s.err
+	}
+	f, err := s.next()
+	if err != nil {
+		s.err = err
+	}
+	return f, err
+}
+
+func (s *Scanner) next() (Frame, error) {
+	if s.footer != nil {
+		if s.off != s.size {
+			return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: s.off, Msg: fmt.Sprintf("%d bytes after the seal", s.size-s.off)}
+		}
+		return Frame{}, io.EOF
+	}
+	if s.off == s.size {
+		return Frame{}, io.EOF
+	}
+	if err := s.fill(s.off, 4); err != nil {
+		return Frame{}, err
+	}
+	w := s.window(s.off)
+	if len(w) >= 4 && be.Uint32(w) == sealMarker {
+		return Frame{}, s.readSeal()
+	}
+	if len(w) >= 4 {
+		// The length is untrusted: bound it by the file before reading.
+		n := int64(4) + int64(be.Uint32(w)) + HashSize
+		if n > s.size-s.off {
+			return Frame{}, &FrameError{Kind: Torn, Offset: s.off, Seq: s.nextSeq,
+				Msg: fmt.Sprintf("frame of %d bytes, only %d left in the file", n, s.size-s.off)}
+		}
+		if err := s.fill(s.off, n); err != nil {
+			return Frame{}, err
+		}
+		w = s.window(s.off)
+	}
+	rec, n, err := ParseFrame(s.Header.Anchor, w)
+	if err != nil {
+		var fe *FrameError
+		if errors.As(err, &fe) {
+			fe.Offset = s.off
+			if fe.Seq == 0 {
+				fe.Seq = s.nextSeq
+			}
+		}
+		return Frame{}, err
+	}
+	if rec.Seq != s.nextSeq {
+		return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: s.off, Seq: s.nextSeq,
+			Msg: fmt.Sprintf("record has seq %d where seq %d belongs", rec.Seq, s.nextSeq)}
+	}
+	if rec.PrevHash != s.prevHash {
+		return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: s.off, Seq: s.nextSeq,
+			Msg: fmt.Sprintf("seq %d: prev_hash %s does not link to %s", rec.Seq, rec.PrevHash, s.prevHash)}
+	}
+	f := Frame{Offset: s.off, Size: n, Record: rec}
+	s.off += int64(n)
+	s.nextSeq++
+	s.prevHash = rec.Hash
+	s.count++
+	return f, nil
+}
+
+func (s *Scanner) readSeal() error {
+	if s.size-s.off < FooterSize {
+		return &FrameError{Kind: Torn, Offset: s.off, Seq: s.nextSeq, Msg: "seal cut short"}
+	}
+	if err := s.fill(s.off, FooterSize); err != nil {
+		return err
+	}
+	ft, err := parseFooter(s.window(s.off)[:FooterSize], s.Header.Checksum)
+	if err != nil {
+		return &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: s.off, Seq: s.nextSeq, Msg: err.Error()}
+	}
+	if ft.Count != s.count || ft.LastSeq != s.nextSeq-1 || ft.LastHash != s.prevHash || s.count == 0 {
+		return &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: s.off, Seq: s.nextSeq,
+			Msg: fmt.Sprintf("seal names %d records ending at seq %d (%s); segment holds %d ending at seq %d (%s)",
+				ft.Count, ft.LastSeq, ft.LastHash, s.count, s.nextSeq-1, s.prevHash)}
+	}
+	s.footer = &ft
+	s.off += FooterSize
+	if s.off != s.size {
+		return &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: s.off, Msg: fmt.Sprintf("%d bytes after the seal", s.size-s.off)}
+	}
+	return io.EOF
+}
+
+// Offset is the file offset just past the last good frame (or seal): where a
+// torn tail would be cut.
+func (s *Scanner) Offset() int64 { return s.off }
+
+// Footer returns the seal once the scanner has read it, else nil.
+func (s *Scanner) Footer() *Footer { return s.footer }
+
+// NextSeq is the seq the next frame must carry; HeadHash the hash it must link
+// to. After a full scan they describe the segment's head.
+func (s *Scanner) NextSeq() uint64 { return s.nextSeq }
+
+// HeadHash is the hash of the last good record (or the header's prev hash).
+func (s *Scanner) HeadHash() Hash { return s.prevHash }
+
+// Count is the number of good frames read so far.
+func (s *Scanner) Count() uint64 { return s.count }
+
+// ReadFrameAt reads and checks the frame of size bytes at off. The record is
+// a copy: it does not alias buf. It checks the hash, the anchor (through the
+// hash) and that the seq is the one expected.
+func ReadFrameAt(r io.ReaderAt, anchor string, off int64, size int, wantSeq uint64, buf []byte) (Record, []byte, error) {
+	if cap(buf) < size {
+		buf = make([]byte, size)
+	}
+	buf = buf[:size]
+	if n, err := r.ReadAt(buf, off); n != size {
+		if err == nil || errors.Is(err, io.EOF) {
+			return Record{}, buf, &FrameError{Kind: Torn, Offset: off, Seq: wantSeq, Msg: fmt.Sprintf("read %d of %d bytes", n, size)}
+		}
+		return Record{}, buf, fmt.Errorf("read frame at %d: %w", off, err)
+	}
+	rec, n, err := ParseFrame(anchor, buf)
+	if err != nil {
+		var fe *FrameError
+		if errors.As(err, &fe) {
+			fe.Offset, fe.Seq = off, wantSeq
+			if fe.Kind == Torn {
+				fe.Kind = Corrupt
+			}
+		}
+		if errors.Is(err, errSealMarker) {
+			return Record{}, buf, &FrameError{Kind: Corrupt, Code: errs.CodeIndexMismatch, Offset: off, Seq: wantSeq, Msg: "index points at a seal"}
+		}
+		return Record{}, buf, err
+	}
+	if n != size {
+		return Record{}, buf, &FrameError{Kind: Corrupt, Code: errs.CodeIndexMismatch, Offset: off, Seq: wantSeq, Msg: fmt.Sprintf("frame is %d bytes, index says %d", n, size)}
+	}
+	if rec.Seq != wantSeq {
+		return Record{}, buf, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: off, Seq: wantSeq, Msg: fmt.Sprintf("frame holds seq %d, index says %d", rec.Seq, wantSeq)}
+	}
+	return rec.Clone(), buf, nil
+}
