@@ -233,3 +233,11 @@ func ReadFrameAt(r io.ReaderAt, anchor string, off int64, size int, wantSeq uint
 	}
 	return rec.Clone(), buf, nil
 }
+
+// Resume moves the scanner to off, trusting the bytes before it (the caller
+// has them indexed): the next frame must carry nextSeq and link to prevHash,
+// and count frames precede off in this segment.
+func (s *Scanner) Resume(off int64, nextSeq uint64, prevHash Hash, count uint64) {
+	s.off, s.nextSeq, s.prevHash, s.count = off, nextSeq, prevHash, count
+	s.footer, s.err = nil, nil
+}

@@ -1,0 +1,321 @@
+// Package engine is the anchordb database: Open, Append, reads, group commit,
+// recovery and admission. See the README and docs/DESIGN.md for the design.
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Meta rows.
+const (
+	metaFormat  = "format"  // u8: index format version
+	metaDBID    = "dbid"    // 32 hex characters, random at creation
+	metaClean   = "clean"   // 1 after a clean Close, 0 while open
+	metaClock   = "clock"   // u64: the Lamport clock
+	metaSettled = "settled" // u64: journal rows at or below this LSN were settled
+)
+
+const indexFormat = 1
+
+// IndexDir is the directory of the Pebble index under the database root.
+const IndexDir = "index"
+
+// DB is an open anchordb database. It is safe for concurrent use.
+type DB struct {
+	dir   string
+	opts  Options
+	fs    vfs.FS
+	lock  io.Closer
+	index *pebble.DB
+	files *fileCache
+	id    string
+
+	anchorsMu sync.RWMutex
+	anchors   map[string]*anchor
+
+	commit committer
+	// Owned by the commit leader.
+	nextLSN      uint64
+	journalBytes int64
+	clock        atomic.Uint64 // published Lamport clock
+
+	dirtyMu    sync.Mutex
+	dirtyFiles map[string]struct{} // segments written since the last settle
+	dirtyDirs  map[string]struct{} // directories whose entries changed
+
+	adm      admission
+	failed   atomic.Pointer[errs.Error]
+	closed   atomic.Bool
+	settleCh chan struct{}
+	stopBg   chan struct{}
+	bg       sync.WaitGroup
+	settleMu sync.Mutex // one settle at a time
+
+	recovery RecoveryReport
+	opened   time.Time
+}
+
+// Open opens (creating if needed) the database in dir for reading and
+// writing. It takes the directory's write lock (STATE_001 if another process
+// holds it) and recovers from any crash before returning: see
+// DB.RecoveryReport for what recovery did.
+func Open(dir string, opts Options) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	fs := opts.FS
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
+	}
+	lock, err := lockDir(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{
+		dir: dir, opts: opts, fs: fs, lock: lock,
+		anchors:    make(map[string]*anchor),
+		dirtyFiles: make(map[string]struct{}),
+		dirtyDirs:  make(map[string]struct{}),
+		settleCh:   make(chan struct{}, 1),
+		stopBg:     make(chan struct{}),
+		opened:     time.Now(),
+	}
+	db.files = newFileCache(fs, opts.FileCacheSize)
+	db.adm.init(opts.MaxInFlightRecords, opts.MaxInFlightBytes)
+	if err := db.open(); err != nil {
+		if db.index != nil {
+			_ = db.closeIndex()
+		}
+		_ = db.files.close()
+		_ = lock.Close()
+		return nil, err
+	}
+	db.bg.Add(1)
+	go db.settleLoop()
+	return db, nil
+}
+
+func (db *DB) open() error {
+	if err := db.openIndex(); err != nil {
+		return err
+	}
+	format, fresh, err := db.metaUint(metaFormat)
+	if err != nil {
+		return err
+	}
+	if !fresh && format != indexFormat {
+		return errs.New(errs.CodeInvalidInput, "index format %d is not supported (want %d); run rebuild-index", format, indexFormat)
+	}
+	if fresh {
+		if err := db.initIndex(); err != nil {
+			return err
+		}
+	} else {
+		v, _, err := db.metaBytes(metaDBID)
+		if err != nil {
+			return err
+		}
+		db.id = string(v)
+	}
+	clean, _, err := db.metaUint(metaClean)
+	if err != nil {
+		return err
+	}
+	clock, _, err := db.metaUint(metaClock)
+	if err != nil {
+		return err
+	}
+	db.clock.Store(clock)
+	db.recovery.Clean = clean == 1
+	if clean != 1 {
+		if err := db.recover(); err != nil {
+			return err
+		}
+	}
+	settled, _, err := db.metaUint(metaSettled)
+	if err != nil {
+		return err
+	}
+	db.nextLSN = settled + 1
+	if last, ok, err := db.lastJournalLSN(); err != nil {
+		return err
+	} else if ok && last >= db.nextLSN {
+		db.nextLSN = last + 1
+	}
+	// From here a crash is unclean: recovery must look at the tails.
+	if err := db.index.Set(metaKey(metaClean), be.AppendUint64(nil, 0), pebble.Sync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "mark database open")
+	}
+	for _, ev := range db.recovery.Events {
+		db.opts.Logger.Infof("recovery: %s", ev)
+	}
+	return nil
+}
+
+// initIndex sets up a new index. If segments exist (the index was lost or
+// deleted), it is rebuilt from them first.
+func (db *DB) initIndex() error {
+	// A crash during an earlier rebuild can leave rows without the format row:
+	// start from nothing.
+	if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.Sync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
+	}
+	exists, err := db.hasSegments()
+	if err != nil {
+		return err
+	}
+	if exists {
+		db.recovery.Rebuilt = true
+		if err := db.reconcileAll(); err != nil {
+			return err
+		}
+		if err := db.settleAll(); err != nil {
+			return err
+		}
+	}
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return fmt.Errorf("database id: %w", err)
+	}
+	if v, ok, err := db.metaBytes(metaDBID); err != nil {
+		return err
+	} else if ok {
+		copy(id[:], v)
+	}
+	db.id = hex.EncodeToString(id[:])
+	b := db.index.NewBatch()
+	_ = b.Set(metaKey(metaDBID), []byte(db.id), nil)
+	_ = b.Set(metaKey(metaClean), be.AppendUint64(nil, 1), nil)
+	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)
+	_ = b.Set(metaKey(metaFormat), be.AppendUint64(nil, indexFormat), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "initialise index")
+	}
+	return b.Close()
+}
+
+func (db *DB) hasSegments() (bool, error) {
+	fans, err := db.fs.List(db.fs.PathJoin(db.dir, "anchors"))
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			return false, nil
+		}
+		return false, errs.Wrap(errs.CodeWriteFailed, err, "list anchors")
+	}
+	return len(fans) > 0, nil
+}
+
+func (db *DB) metaBytes(name string) ([]byte, bool, error) {
+	v, closer, err := db.index.Get(metaKey(name))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, errs.Wrap(errs.CodeWriteFailed, err, "read index meta %s", name)
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), true, nil
+}
+
+// metaUint reads a u64 meta row; fresh reports that it is absent.
+func (db *DB) metaUint(name string) (v uint64, fresh bool, err error) {
+	b, ok, err := db.metaBytes(name)
+	if err != nil || !ok {
+		return 0, !ok, err
+	}
+	if len(b) != 8 {
+		return 0, false, errs.New(errs.CodeIndexMismatch, "index meta %s is %d bytes", name, len(b))
+	}
+	return be.Uint64(b), false, nil
+}
+
+// ID returns the database's random identifier, fixed at creation.
+func (db *DB) ID() string { return db.id }
+
+// Dir returns the database directory.
+func (db *DB) Dir() string { return db.dir }
+
+// FS returns the filesystem the database uses.
+func (db *DB) FS() vfs.FS { return db.fs }
+
+// Options returns the options in effect, defaults filled in.
+func (db *DB) Options() Options { return db.opts }
+
+// fail stops all writes after an I/O failure (SPEC §3: a failed fsync is
+// never retried). It returns the error every later write gets.
+func (db *DB) fail(err error) error {
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.CodeWriteFailed {
+		e = errs.Wrap(errs.CodeWriteFailed, err, "write failed")
+	}
+	stopped := errs.Wrap(errs.CodeWriteFailed, e, "the database stopped accepting writes")
+	if db.failed.CompareAndSwap(nil, stopped) {
+		db.opts.Logger.Errorf("anchordb: %v", stopped)
+	}
+	return db.failed.Load()
+}
+
+// Close waits for in-flight appends, syncs every segment, marks the database
+// cleanly closed and releases its lock. After a write failure it closes
+// without marking clean, so the next Open runs recovery.
+func (db *DB) Close() error {
+	if !db.closed.CompareAndSwap(false, true) {
+		return errClosed
+	}
+	db.adm.drain()
+	close(db.stopBg)
+	db.bg.Wait()
+	var err error
+	if db.failed.Load() == nil {
+		err = db.settle()
+		if err == nil {
+			err = db.index.Set(metaKey(metaClean), be.AppendUint64(nil, 1), pebble.Sync)
+		}
+	}
+	err = errors.Join(err, db.closeIndex(), db.files.close(), db.lock.Close())
+	return err
+}
+
+func (db *DB) closeIndex() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if pf, ok := r.(pebbleFatal); ok {
+				err = errs.New(errs.CodeWriteFailed, "close index: %s", string(pf))
+				return
+			}
+			panic(r)
+		}
+	}()
+	return db.index.Close()
+}
+
+// settleLoop settles when the journal grows past SettleBytes or
+// SettleInterval passes with writes outstanding.
+func (db *DB) settleLoop() {
+	defer db.bg.Done()
+	t := time.NewTicker(db.opts.SettleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-db.stopBg:
+			return
+		case <-db.settleCh:
+		case <-t.C:
+		}
+		if err := db.settle(); err != nil && !errors.Is(err, errClosed) {
+			db.opts.Logger.Errorf("anchordb: settle: %v", err)
+		}
+	}
+}

@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"container/list"
+	"errors"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// fileCache bounds the segment files held open. Entries are reference
+// counted: a file in use is never closed under its user, and the least
+// recently used idle files are closed when the cache is over capacity. The
+// cache never syncs: durability comes from settle, which fsyncs through its
+// own handles (an fsync covers the inode, whichever descriptor wrote).
+type fileCache struct {
+	fs       vfs.FS
+	capacity int
+
+	mu      sync.Mutex
+	entries map[string]*cachedFile
+	lru     list.List // of *cachedFile; front = most recently used
+}
+
+type cachedFile struct {
+	path     string
+	file     vfs.File
+	writable bool
+	refs     int
+	elem     *list.Element
+	dead     bool // removed from the map; close when refs reach 0
+}
+
+func newFileCache(fs vfs.FS, capacity int) *fileCache {
+	return &fileCache{fs: fs, capacity: capacity, entries: make(map[string]*cachedFile)}
+}
+
+// acquire returns the open file at path, opening it if needed. With writable
+// the file is opened read-write (and created if create is set); a read-only
+// handle already cached is replaced. Callers must release what they acquire.
+func (c *fileCache) acquire(path string, writable, create bool) (*cachedFile, error) {
+	c.mu.Lock()
+	if cf, ok := c.entries[path]; ok && (cf.writable || !writable) {
+		cf.refs++
+		c.lru.MoveToFront(cf.elem)
+		c.mu.Unlock()
+		return cf, nil
+	}
+	c.mu.Unlock()
+
+	// Open outside the lock: it may touch the disk.
+	var f vfs.File
+	var err error
+	switch {
+	case create:
+		f, err = c.fs.Create(path, vfs.WriteCategoryUnspecified)
+	case writable:
+		if _, err = c.fs.Stat(path); err == nil {
+			f, err = c.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+		}
+	default:
+		f, err = c.fs.Open(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cf := &cachedFile{path: path, file: f, writable: writable || create, refs: 1}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.entries[path]; ok {
+		if old.writable || !cf.writable {
+			// Someone opened it meanwhile; use theirs.
+			old.refs++
+			c.lru.MoveToFront(old.elem)
+			_ = f.Close()
+			return old, nil
+		}
+		c.removeLocked(old)
+	}
+	cf.elem = c.lru.PushFront(cf)
+	c.entries[path] = cf
+	c.evictLocked()
+	return cf, nil
+}
+
+func (c *fileCache) release(cf *cachedFile) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cf.refs--
+	if cf.refs == 0 && cf.dead {
+		_ = cf.file.Close()
+		return
+	}
+	c.evictLocked()
+}
+
+// forget drops path from the cache (closing it once idle), e.g. after a seal
+// or when recovery rewrites the file.
+func (c *fileCache) forget(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cf, ok := c.entries[path]; ok {
+		c.removeLocked(cf)
+	}
+}
+
+func (c *fileCache) removeLocked(cf *cachedFile) {
+	delete(c.entries, cf.path)
+	c.lru.Remove(cf.elem)
+	cf.dead = true
+	if cf.refs == 0 {
+		_ = cf.file.Close()
+	}
+}
+
+func (c *fileCache) evictLocked() {
+	for e := c.lru.Back(); e != nil && len(c.entries) > c.capacity; {
+		cf := e.Value.(*cachedFile)
+		prev := e.Prev()
+		if cf.refs == 0 {
+			c.removeLocked(cf)
+		}
+		e = prev
+	}
+}
+
+// close closes every file. In-use files are closed when released.
+func (c *fileCache) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	for _, cf := range c.entries {
+		delete(c.entries, cf.path)
+		c.lru.Remove(cf.elem)
+		cf.dead = true
+		if cf.refs == 0 {
+			err = errors.Join(err, cf.file.Close())
+		}
+	}
+	return err
+}
+
+// open returns the number of open files, for stats and tests.
+func (c *fileCache) open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}

@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// pebbleFatal is what Pebble's Fatalf becomes: a panic the engine recovers at
+// the call into Pebble and turns into IO_001, instead of os.Exit.
+type pebbleFatal string
+
+type pebbleLogger struct{ l Logger }
+
+func (pebbleLogger) Infof(string, ...any) {}
+
+func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Errorf("index: "+format, args...) }
+
+func (pebbleLogger) Fatalf(format string, args ...any) {
+	panic(pebbleFatal(fmt.Sprintf(format, args...)))
+}
+
+func (db *DB) openIndex() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pf, ok := r.(pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			err = errs.New(errs.CodeWriteFailed, "open index: %s", string(pf))
+		}
+	}()
+	cache := pebble.NewCache(64 << 20)
+	defer cache.Unref()
+	po := &pebble.Options{
+		FS:     db.fs,
+		Cache:  cache,
+		Logger: pebbleLogger{db.opts.Logger},
+		// A large memtable lets the journal rows of a settle interval die in
+		// memory (their range deletion lands in the same memtable), and keeps
+		// flushes rare on the append path.
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       4,
+		L0StopWritesThreshold:       24,
+		FormatMajorVersion:          pebble.FormatNewest,
+	}
+	po.EnsureDefaults()
+	if db.opts.PebbleOptions != nil {
+		db.opts.PebbleOptions(po)
+	}
+	po.FS, po.Logger = db.fs, pebbleLogger{db.opts.Logger}
+	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "open index")
+	}
+	db.index = idx
+	return nil
+}
+
+// indexRecord writes the 's', 'k' and 'i' rows of a record stored at
+// (segno, offset) with the given frame size. It is the one definition of what
+// the index holds per record, shared by commits, adoption at recovery and
+// full rebuilds. scratch is reused and returned.
+func indexRecord(b *pebble.Batch, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
+	se := seqEntry{Segno: segno, Offset: offset, Size: uint32(size), Counter: rec.Counter, Hash: rec.Hash}
+	scratch = se.encode(scratch[:0])
+	_ = b.Set(seqKey(rec.Anchor, rec.Seq), scratch, nil)
+	if rec.IsKV() {
+		ve := versionEntry{Type: verPut, Seq: rec.Seq, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
+		if rec.Type == segment.TypeDelete {
+			ve.Type = verDelete
+		} else if len(rec.Value) <= inlineMax {
+			ve.Inline, ve.Value = true, rec.Value
+		}
+		scratch = ve.encode(scratch[:0])
+		_ = b.Set(versionKey(rec.Key, rec.Counter, rec.Anchor), scratch, nil)
+	}
+	if len(rec.IdempotencyKey) > 0 {
+		ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash,
+			Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value)}
+		scratch = ie.encode(scratch[:0])
+		_ = b.Set(idemKey(rec.Anchor, rec.IdempotencyKey), scratch, nil)
+	}
+	return scratch
+}
+
+// lastJournalLSN returns the highest LSN in the journal.
+func (db *DB) lastJournalLSN() (uint64, bool, error) {
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagJourn}, UpperBound: []byte{tagJourn + 1}})
+	if err != nil {
+		return 0, false, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, false, it.Error()
+	}
+	k := it.Key()
+	if len(k) != 9 {
+		return 0, false, errs.New(errs.CodeIndexMismatch, "malformed journal key %x", k)
+	}
+	return be.Uint64(k[1:]), true, nil
+}
+
+func oserrorIsNotExist(err error) bool { return os.IsNotExist(err) || errorsIsNotExist(err) }

@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/anchordb/anchordb/segment"
+)
+
+// The index is a Pebble database. Every key starts with a one-byte table tag:
+//
+//	'a' anchor ‖ …                      anchor metadata (active segment, damage)
+//	'i' anchor ‖ 0x00 ‖ idempotency key  the original receipt and fingerprint
+//	'j' lsn(u64)                         journal: a frame not yet synced in its segment
+//	'k' esc(key) ‖ 0x00 0x01 ‖ ^counter(u64) ‖ desc(anchor)
+//	                                     one version of a key; newest first
+//	'm' name                             database metadata
+//	'n' anchor ‖ 0x00 ‖ level(u8) ‖ index(u64)
+//	                                     a stored Merkle node (levels 8, 16, …)
+//	's' anchor ‖ 0x00 ‖ seq(u64)         where a record lives, its counter and hash
+//
+// Anchor ids never contain 0x00 (SPEC §1 forbids control characters), so
+// 0x00 ends them without escaping and byte order of ids is preserved. User
+// keys may contain anything, so they are escaped (0x00 → 0x00 0xFF) and end
+// with 0x00 0x01: byte order of keys is preserved and no key's versions can
+// interleave with another's.
+const (
+	tagAnchor = 'a'
+	tagIdem   = 'i'
+	tagJourn  = 'j'
+	tagKey    = 'k'
+	tagMeta   = 'm'
+	tagNode   = 'n'
+	tagSeq    = 's'
+)
+
+var be = binary.BigEndian
+
+func metaKey(name string) []byte { return append([]byte{tagMeta}, name...) }
+
+func anchorKey(anchor string) []byte { return append([]byte{tagAnchor}, anchor...) }
+
+// anchorScoped returns tag ‖ anchor ‖ 0x00, the prefix of an anchor's rows.
+func anchorScoped(tag byte, anchor string) []byte {
+	k := make([]byte, 0, 2+len(anchor)+8)
+	k = append(k, tag)
+	k = append(k, anchor...)
+	return append(k, 0)
+}
+
+func seqKey(anchor string, seq uint64) []byte {
+	return be.AppendUint64(anchorScoped(tagSeq, anchor), seq)
+}
+
+func idemKey(anchor string, idem []byte) []byte {
+	return append(anchorScoped(tagIdem, anchor), idem...)
+}
+
+func nodeKey(anchor string, level uint8, index uint64) []byte {
+	k := append(anchorScoped(tagNode, anchor), level)
+	return be.AppendUint64(k, index)
+}
+
+func journalKey(lsn uint64) []byte {
+	return be.AppendUint64([]byte{tagJourn}, lsn)
+}
+
+// appendEscaped appends key with 0x00 escaped as 0x00 0xFF.
+func appendEscaped(dst, key []byte) []byte {
+	for _, c := range key {
+		if c == 0 {
+			dst = append(dst, 0, 0xFF)
+		} else {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+// keyPrefix returns 'k' ‖ esc(key) ‖ 0x00 0x01: the prefix of all of key's
+// versions.
+func keyPrefix(key []byte) []byte {
+	p := make([]byte, 0, 1+len(key)+2+8+16)
+	p = append(p, tagKey)
+	p = appendEscaped(p, key)
+	return append(p, 0, 1)
+}
+
+// versionKey is keyPrefix(key) ‖ ^counter ‖ desc(anchor): Pebble's ascending
+// order lists a key's versions newest first in merged order, where newest
+// means the highest counter and, on a tie, the highest anchor id bytes.
+func versionKey(key []byte, counter uint64, anchor string) []byte {
+	k := be.AppendUint64(keyPrefix(key), ^counter)
+	for i := 0; i < len(anchor); i++ {
+		k = append(k, 0xFF-anchor[i])
+	}
+	// Inverted anchor bytes are at most 0xFF-0x20 (no control characters), so
+	// 0xFF terminates and makes a shorter id sort after its extensions.
+	return append(k, 0xFF)
+}
+
+// parseVersionKey returns the user key, counter and anchor of a version key.
+func parseVersionKey(k []byte) (key []byte, counter uint64, anchor string, err error) {
+	if len(k) < 1+2+8+2 || k[0] != tagKey || k[len(k)-1] != 0xFF {
+		return nil, 0, "", fmt.Errorf("malformed version key %x", k)
+	}
+	i := 1
+	for ; i+1 < len(k); i++ {
+		if k[i] != 0 {
+			key = append(key, k[i])
+			continue
+		}
+		switch k[i+1] {
+		case 0xFF:
+			key = append(key, 0)
+			i++
+			continue
+		case 0x01:
+		default:
+			return nil, 0, "", fmt.Errorf("malformed escape in version key %x", k)
+		}
+		break
+	}
+	rest := k[i+2:]
+	if len(rest) < 8+2 {
+		return nil, 0, "", fmt.Errorf("malformed version key tail %x", k)
+	}
+	counter = ^be.Uint64(rest)
+	ab := make([]byte, 0, len(rest)-9)
+	for _, c := range rest[8 : len(rest)-1] {
+		ab = append(ab, 0xFF-c)
+	}
+	return key, counter, string(ab), nil
+}
+
+// prefixEnd returns the smallest key greater than every key with prefix p, or
+// nil when there is none.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for len(end) > 0 {
+		if end[len(end)-1] < 0xFF {
+			end[len(end)-1]++
+			return end
+		}
+		end = end[:len(end)-1]
+	}
+	return nil
+}
+
+// scanBounds returns the index bounds of every version of every key starting
+// with prefix.
+func scanBounds(prefix []byte) (lower, upper []byte) {
+	lower = appendEscaped([]byte{tagKey}, prefix)
+	return lower, prefixEnd(lower)
+}
+
+// seqEntry is the value of an 's' row.
+type seqEntry struct {
+	Segno   uint64
+	Offset  int64
+	Size    uint32 // frame size in bytes
+	Counter uint64
+	Hash    segment.Hash
+}
+
+const seqEntrySize = 8 + 8 + 4 + 8 + segment.HashSize
+
+func (e *seqEntry) encode(dst []byte) []byte {
+	dst = be.AppendUint64(dst, e.Segno)
+	dst = be.AppendUint64(dst, uint64(e.Offset))
+	dst = be.AppendUint32(dst, e.Size)
+	dst = be.AppendUint64(dst, e.Counter)
+	return append(dst, e.Hash[:]...)
+}
+
+func decodeSeqEntry(b []byte) (seqEntry, error) {
+	var e seqEntry
+	if len(b) != seqEntrySize {
+		return e, fmt.Errorf("seq entry of %d bytes, want %d", len(b), seqEntrySize)
+	}
+	e.Segno = be.Uint64(b)
+	e.Offset = int64(be.Uint64(b[8:]))
+	e.Size = be.Uint32(b[16:])
+	e.Counter = be.Uint64(b[20:])
+	copy(e.Hash[:], b[28:])
+	return e, nil
+}
+
+// version types in 'k' rows.
+const (
+	verPut    = 1
+	verDelete = 2
+)
+
+// versionEntry is the value of a 'k' row: enough to answer Get and give a
+// receipt without touching the segment, unless the value is too large to keep
+// inline.
+type versionEntry struct {
+	Type   byte
+	Seq    uint64
+	Hash   segment.Hash
+	Segno  uint64
+	Offset int64
+	Size   uint32
+	Inline bool
+	Value  []byte // when Inline
+}
+
+func (v *versionEntry) encode(dst []byte) []byte {
+	dst = append(dst, v.Type)
+	dst = be.AppendUint64(dst, v.Seq)
+	dst = append(dst, v.Hash[:]...)
+	dst = be.AppendUint64(dst, v.Segno)
+	dst = be.AppendUint64(dst, uint64(v.Offset))
+	dst = be.AppendUint32(dst, v.Size)
+	if v.Inline {
+		dst = append(dst, 1)
+		return append(dst, v.Value...)
+	}
+	return append(dst, 0)
+}
+
+const versionFixed = 1 + 8 + segment.HashSize + 8 + 8 + 4 + 1
+
+func decodeVersionEntry(b []byte) (versionEntry, error) {
+	var v versionEntry
+	if len(b) < versionFixed {
+		return v, fmt.Errorf("version entry of %d bytes, want at least %d", len(b), versionFixed)
+	}
+	v.Type = b[0]
+	v.Seq = be.Uint64(b[1:])
+	copy(v.Hash[:], b[9:])
+	p := 9 + segment.HashSize
+	v.Segno = be.Uint64(b[p:])
+	v.Offset = int64(be.Uint64(b[p+8:]))
+	v.Size = be.Uint32(b[p+16:])
+	v.Inline = b[p+20] == 1
+	if v.Inline {
+		v.Value = b[versionFixed:]
+	} else if len(b) != versionFixed {
+		return v, fmt.Errorf("version entry has %d trailing bytes without inline flag", len(b)-versionFixed)
+	}
+	if v.Type != verPut && v.Type != verDelete {
+		return v, fmt.Errorf("version entry type %d", v.Type)
+	}
+	return v, nil
+}
+
+// idemEntry is the value of an 'i' row.
+type idemEntry struct {
+	Seq         uint64
+	Counter     uint64
+	Hash        segment.Hash
+	Fingerprint segment.Hash
+}
+
+const idemEntrySize = 8 + 8 + 2*segment.HashSize
+
+func (e *idemEntry) encode(dst []byte) []byte {
+	dst = be.AppendUint64(dst, e.Seq)
+	dst = be.AppendUint64(dst, e.Counter)
+	dst = append(dst, e.Hash[:]...)
+	return append(dst, e.Fingerprint[:]...)
+}
+
+func decodeIdemEntry(b []byte) (idemEntry, error) {
+	var e idemEntry
+	if len(b) != idemEntrySize {
+		return e, fmt.Errorf("idempotency entry of %d bytes, want %d", len(b), idemEntrySize)
+	}
+	e.Seq = be.Uint64(b)
+	e.Counter = be.Uint64(b[8:])
+	copy(e.Hash[:], b[16:])
+	copy(e.Fingerprint[:], b[16+segment.HashSize:])
+	return e, nil
+}
+
+// journalEntry is the value of a 'j' row: a frame that Pebble's WAL holds
+// durably until the segment it was written to has been fsynced.
+type journalEntry struct {
+	Anchor string
+	Segno  uint64
+	Offset int64
+	Frame  []byte
+}
+
+func (e *journalEntry) encode(dst []byte) []byte {
+	dst = append(dst, byte(len(e.Anchor)))
+	dst = append(dst, e.Anchor...)
+	dst = be.AppendUint64(dst, e.Segno)
+	dst = be.AppendUint64(dst, uint64(e.Offset))
+	return append(dst, e.Frame...)
+}
+
+func decodeJournalEntry(b []byte) (journalEntry, error) {
+	var e journalEntry
+	if len(b) < 1 || len(b) < 1+int(b[0])+16 {
+		return e, fmt.Errorf("journal entry of %d bytes is too short", len(b))
+	}
+	n := int(b[0])
+	e.Anchor = string(b[1 : 1+n])
+	e.Segno = be.Uint64(b[1+n:])
+	e.Offset = int64(be.Uint64(b[9+n:]))
+	e.Frame = b[17+n:]
+	return e, nil
+}
+
+// anchorMeta is the value of an 'a' row. It changes only when an anchor is
+// created, a segment is sealed, or damage is recorded — never per record.
+type anchorMeta struct {
+	ActiveSegno    uint64 // the segment new records go to
+	ActiveFirstSeq uint64 // the seq that segment starts with
+	Damage         string // non-empty: the anchor is read-only, and why
+}
+
+func (m *anchorMeta) encode(dst []byte) []byte {
+	dst = append(dst, 1) // version
+	dst = be.AppendUint64(dst, m.ActiveSegno)
+	dst = be.AppendUint64(dst, m.ActiveFirstSeq)
+	return append(dst, m.Damage...)
+}
+
+func decodeAnchorMeta(b []byte) (anchorMeta, error) {
+	var m anchorMeta
+	if len(b) < 17 || b[0] != 1 {
+		return m, fmt.Errorf("anchor metadata of %d bytes is malformed", len(b))
+	}
+	m.ActiveSegno = be.Uint64(b[1:])
+	m.ActiveFirstSeq = be.Uint64(b[9:])
+	m.Damage = string(b[17:])
+	return m, nil
+}

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Options configure a database. The zero value is usable: Open fills in the
+// defaults documented on each field.
+type Options struct {
+	// FS is the filesystem for every file the database touches — segments,
+	// the Pebble index, locks, snapshots — so tests can crash or fail it as one.
+	// Default vfs.Default.
+	FS vfs.FS
+
+	// NoSync makes appends return once the record's frame has been written to
+	// its segment file (it has reached the OS) without waiting for an fsync.
+	// A process kill loses nothing acknowledged; a power loss can lose the
+	// appends since the last sync. Default false: appends are durable.
+	NoSync bool
+
+	// SegmentSize is the size at which an anchor's active segment is sealed
+	// and a new one started. Default 64 MiB.
+	SegmentSize int64
+
+	// Limits bound keys, values and idempotency keys (SPEC §9).
+	Limits segment.Limits
+
+	// FileCacheSize bounds the segment files held open at once, so 100,000
+	// anchors never need 100,000 descriptors. Default 256.
+	FileCacheSize int
+
+	// InlineValueMax is the largest value the index keeps inline so Get never
+	// reads a segment; larger values are read from their segment. Default 4 KiB.
+	InlineValueMax int
+
+	// SettleBytes is how many bytes of frames may wait in the index journal
+	// before the segments behind them are fsynced and the journal trimmed.
+	// Default 64 MiB.
+	SettleBytes int64
+	// SettleInterval settles at least this often while writes arrive.
+	// Default 30 s.
+	SettleInterval time.Duration
+
+	// MaxInFlightRecords and MaxInFlightBytes bound the appends admitted but
+	// not yet acknowledged (SPEC §8). Defaults 65,536 records and 256 MiB.
+	MaxInFlightRecords int
+	MaxInFlightBytes   int64
+	// RefuseWhenFull refuses an append at once with CAP_002 when the bound is
+	// reached, instead of waiting until its context ends (CAP_001).
+	RefuseWhenFull bool
+
+	// Clock supplies record times. Default time.Now.
+	Clock func() time.Time
+
+	// Logger receives recovery reports and background errors. Default: none.
+	Logger Logger
+
+	// PebbleOptions, if set, may adjust the index's Pebble options after the
+	// defaults are applied (cache size, memtable size). The FS and logger are
+	// set by the engine and must not be changed.
+	PebbleOptions func(*pebble.Options)
+}
+
+// Logger is the logging interface the engine uses.
+type Logger interface {
+	Infof(format string, args ...any)
+	Errorf(format string, args ...any)
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Infof(string, ...any)  {}
+func (nopLogger) Errorf(string, ...any) {}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 64 << 20
+	}
+	if o.Limits == (segment.Limits{}) {
+		o.Limits = segment.DefaultLimits()
+	}
+	if o.FileCacheSize == 0 {
+		o.FileCacheSize = 256
+	}
+	if o.InlineValueMax == 0 {
+		o.InlineValueMax = 4 << 10
+	}
+	if o.SettleBytes == 0 {
+		o.SettleBytes = 64 << 20
+	}
+	if o.SettleInterval == 0 {
+		o.SettleInterval = 30 * time.Second
+	}
+	if o.MaxInFlightRecords == 0 {
+		o.MaxInFlightRecords = 1 << 16
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = 256 << 20
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = nopLogger{}
+	}
+	if err := o.Limits.Validate(); err != nil {
+		return o, err
+	}
+	switch {
+	case o.SegmentSize < 4<<10:
+		return o, errs.New(errs.CodeInvalidInput, "segment size %d is below 4 KiB", o.SegmentSize)
+	case o.SegmentSize > 1<<40:
+		return o, errs.New(errs.CodeInvalidInput, "segment size %d is above 1 TiB", o.SegmentSize)
+	case o.FileCacheSize < 4:
+		return o, errs.New(errs.CodeInvalidInput, "file cache of %d files is below 4", o.FileCacheSize)
+	case o.InlineValueMax < 0:
+		return o, errs.New(errs.CodeInvalidInput, "inline value limit %d is negative", o.InlineValueMax)
+	case o.SettleBytes < 0 || o.SettleInterval < 0:
+		return o, errs.New(errs.CodeInvalidInput, "settle thresholds must not be negative")
+	case o.MaxInFlightRecords < 1 || o.MaxInFlightBytes < 1:
+		return o, errs.New(errs.CodeInvalidInput, "in-flight bounds must be positive")
+	}
+	return o, nil
+}
+
+// WriteOption adjusts one append call.
+type WriteOption func(*writeOptions)
+
+type writeOptions struct {
+	noSync    bool
+	setNoSync bool
+}
+
+// WithNoSync overrides the database's durability mode for one call: true
+// returns once the frame reaches the OS, false waits for the fsync.
+func WithNoSync(noSync bool) WriteOption {
+	return func(w *writeOptions) { w.noSync, w.setNoSync = noSync, true }
+}
+
+// DurabilityMode names the mode for reports: "sync" or "nosync".
+func (o Options) DurabilityMode() string {
+	if o.NoSync {
+		return "nosync"
+	}
+	return "sync"
+}
+
+func (o Options) String() string {
+	return fmt.Sprintf("durability=%s segment_size=%d file_cache=%d", o.DurabilityMode(), o.SegmentSize, o.FileCacheSize)
+}

@@ -1,0 +1,322 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"iter"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Version is one version of a key: its value and the receipt of the record
+// that wrote it.
+type Version struct {
+	Key     []byte
+	Value   []byte
+	Deleted bool
+	Receipt
+}
+
+// Get returns the value of key: the last put or delete of it in merged order
+// (SPEC §4). A missing or deleted key returns ErrNotFound.
+func (db *DB) Get(ctx context.Context, key []byte) (Version, error) {
+	v, err := db.latest(ctx, db.index, key)
+	if err != nil {
+		return v, err
+	}
+	if v.Deleted {
+		return Version{Key: v.Key, Deleted: true, Receipt: v.Receipt}, ErrNotFound
+	}
+	return v, nil
+}
+
+// latest returns the newest version of key, deleted or not.
+func (db *DB) latest(ctx context.Context, r pebble.Reader, key []byte) (Version, error) {
+	if err := ctx.Err(); err != nil {
+		return Version{}, err
+	}
+	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
+		return Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
+	}
+	lower := keyPrefix(key)
+	upper := append(lower[:len(lower)-1:len(lower)-1], 2)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	if !it.First() {
+		if err := it.Error(); err != nil {
+			return Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+		}
+		return Version{Key: key}, ErrNotFound
+	}
+	return db.decodeVersion(ctx, it.Key(), it.Value())
+}
+
+// decodeVersion turns a 'k' row into a Version, reading the value from its
+// segment when it is not inline.
+func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
+	key, counter, anchor, err := parseVersionKey(k)
+	if err != nil {
+		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index")
+	}
+	ve, err := decodeVersionEntry(v)
+	if err != nil {
+		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
+	}
+	out := Version{Key: key, Deleted: ve.Type == verDelete,
+		Receipt: Receipt{Anchor: anchor, Seq: ve.Seq, Counter: counter, Hash: ve.Hash}}
+	switch {
+	case out.Deleted:
+	case ve.Inline:
+		out.Value = append([]byte(nil), ve.Value...)
+	default:
+		rec, err := db.readFrame(ctx, anchor, ve.Seq, seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash})
+		if err != nil {
+			return Version{}, err
+		}
+		out.Value = rec.Value
+	}
+	return out, nil
+}
+
+// History returns every version of key in merged order, oldest first, as the
+// records that wrote them.
+func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record, error] {
+	return func(yield func(segment.Record, error) bool) {
+		if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
+			yield(segment.Record{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey))
+			return
+		}
+		lower := keyPrefix(key)
+		upper := append(lower[:len(lower)-1:len(lower)-1], 2)
+		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			return
+		}
+		defer it.Close()
+		// Versions are stored newest first; history reads them backwards.
+		for ok := it.Last(); ok; ok = it.Prev() {
+			if err := ctx.Err(); err != nil {
+				yield(segment.Record{}, err)
+				return
+			}
+			_, counter, anchor, err := parseVersionKey(it.Key())
+			if err != nil {
+				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
+				return
+			}
+			ve, err := decodeVersionEntry(it.Value())
+			if err != nil {
+				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
+				return
+			}
+			rec, err := db.readFrame(ctx, anchor, ve.Seq, seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash})
+			if !yield(rec, err) || err != nil {
+				return
+			}
+		}
+		if err := it.Error(); err != nil {
+			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+		}
+	}
+}
+
+// Scan returns the live keys that start with prefix, in byte order, with
+// their latest values. An empty prefix scans everything.
+func (db *DB) Scan(ctx context.Context, prefix []byte) iter.Seq2[Version, error] {
+	lower, upper := scanBounds(prefix)
+	return db.scan(ctx, lower, upper)
+}
+
+// ScanRange returns the live keys in [start, end) in byte order; a nil end
+// means no upper bound.
+func (db *DB) ScanRange(ctx context.Context, start, end []byte) iter.Seq2[Version, error] {
+	lower := appendEscaped([]byte{tagKey}, start)
+	upper := []byte{tagKey + 1}
+	if end != nil {
+		upper = appendEscaped([]byte{tagKey}, end)
+	}
+	return db.scan(ctx, lower, upper)
+}
+
+func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, error] {
+	return func(yield func(Version, error) bool) {
+		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			return
+		}
+		defer it.Close()
+		for ok := it.First(); ok; {
+			if err := ctx.Err(); err != nil {
+				yield(Version{}, err)
+				return
+			}
+			v, err := db.decodeVersion(ctx, it.Key(), it.Value())
+			if err != nil {
+				yield(Version{}, err)
+				return
+			}
+			if !v.Deleted && !yield(v, nil) {
+				return
+			}
+			// Skip the older versions of this key.
+			next := keyPrefix(v.Key)
+			next[len(next)-1] = 2
+			ok = it.SeekGE(next)
+		}
+		if err := it.Error(); err != nil {
+			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+		}
+	}
+}
+
+// Record returns record seq of the anchor, read from its segment and checked
+// against its hash.
+func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
+	e, ok, err := db.seqEntry(anchor, seq)
+	if err != nil {
+		return segment.Record{}, err
+	}
+	if !ok {
+		return segment.Record{}, errs.New(errs.CodeDependencyMissing, "anchor %q has no record %d", anchor, seq)
+	}
+	return db.readFrame(ctx, anchor, seq, e)
+}
+
+// Log returns the anchor's records with from <= seq <= to, in seq order. A to
+// of 0 means through the last record.
+func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[segment.Record, error] {
+	return func(yield func(segment.Record, error) bool) {
+		if err := segment.ValidateAnchorID(anchor); err != nil {
+			yield(segment.Record{}, err)
+			return
+		}
+		from = max(from, 1)
+		prefix := anchorScoped(tagSeq, anchor)
+		upper := prefixEnd(prefix)
+		if to != 0 {
+			if to < from {
+				return
+			}
+			upper = seqKey(anchor, to+1)
+		}
+		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: upper})
+		if err != nil {
+			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			return
+		}
+		defer it.Close()
+		fr := db.newFrameReader(anchor)
+		defer fr.close()
+		for ok := it.First(); ok; ok = it.Next() {
+			if err := ctx.Err(); err != nil {
+				yield(segment.Record{}, err)
+				return
+			}
+			row, _, err := decodeSeqRow(prefix, it.Key(), it.Value())
+			if err != nil {
+				yield(segment.Record{}, err)
+				return
+			}
+			rec, err := fr.read(row.seq, row.seqEntry)
+			if !yield(rec, err) || err != nil {
+				return
+			}
+		}
+		if err := it.Error(); err != nil {
+			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+		}
+	}
+}
+
+// readFrame reads and checks one record.
+func (db *DB) readFrame(_ context.Context, anchor string, seq uint64, e seqEntry) (segment.Record, error) {
+	fr := db.newFrameReader(anchor)
+	defer fr.close()
+	return fr.read(seq, e)
+}
+
+// frameReader reads records of one anchor, reading ahead in large chunks so a
+// Log over many records costs few system calls.
+type frameReader struct {
+	db     *DB
+	anchor string
+	dir    string
+	segno  uint64
+	file   *cachedFile
+	buf    []byte
+	bufOff int64
+}
+
+const readAhead = 256 << 10
+
+func (db *DB) newFrameReader(anchor string) *frameReader {
+	return &frameReader{db: db, anchor: anchor, dir: segmentDirOf(db, anchor)}
+}
+
+func segmentDirOf(db *DB, anchor string) string {
+	return segment.AnchorDir(db.fs, db.dir, anchor)
+}
+
+func (r *frameReader) close() {
+	if r.file != nil {
+		r.db.files.release(r.file)
+		r.file = nil
+	}
+}
+
+func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
+	path := r.db.fs.PathJoin(r.dir, segment.FileName(e.Segno))
+	if r.file == nil || r.segno != e.Segno {
+		r.close()
+		f, err := r.db.files.acquire(path, false, false)
+		if err != nil {
+			if oserrorIsNotExist(err) {
+				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d is missing", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
+			}
+			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+		}
+		r.file, r.segno, r.buf = f, e.Segno, r.buf[:0]
+	}
+	end := e.Offset + int64(e.Size)
+	if e.Offset < r.bufOff || end > r.bufOff+int64(len(r.buf)) {
+		n := max(int64(e.Size), readAhead)
+		if cap(r.buf) < int(n) {
+			r.buf = make([]byte, n)
+		}
+		r.buf = r.buf[:n]
+		m, err := r.file.file.ReadAt(r.buf, e.Offset)
+		if err != nil && m < int(e.Size) {
+			r.buf = r.buf[:0]
+			if m >= 0 && (errors.Is(err, errEOF) || err == nil) {
+				return segment.Record{}, errs.New(errs.CodeChainBroken, "segment %s ends at %d inside record seq %d", path, e.Offset+int64(m), seq).At(r.anchor, seq, path, e.Offset)
+			}
+			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+		}
+		r.buf, r.bufOff = r.buf[:m], e.Offset
+	}
+	b := r.buf[e.Offset-r.bufOff : end-r.bufOff]
+	rec, n, err := segment.ParseFrame(r.anchor, b)
+	if err != nil {
+		var fe *segment.FrameError
+		if errors.As(err, &fe) {
+			fe.Offset, fe.Seq = e.Offset, seq
+			if fe.Code == "" {
+				fe.Code = errs.CodeHashMismatch
+			}
+			return segment.Record{}, fe.AsError(r.anchor, path)
+		}
+		return segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
+	}
+	if n != int(e.Size) || rec.Seq != seq || rec.Hash != e.Hash || rec.Counter != e.Counter {
+		return segment.Record{}, errs.New(errs.CodeIndexMismatch, "index row of anchor %q seq %d disagrees with the frame at %s:%d (seq %d, %d bytes)",
+			r.anchor, seq, path, e.Offset, rec.Seq, n).At(r.anchor, seq, path, e.Offset)
+	}
+	return rec.Clone(), nil
+}

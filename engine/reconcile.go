@@ -1,0 +1,464 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/transparency-dev/merkle/compact"
+)
+
+// reconciler is step 2 of recovery (see recover.go), and the whole of a
+// rebuild: with an empty index every record on disk is adopted.
+type reconciler struct {
+	db      *DB
+	batch   *pebble.Batch
+	scratch []byte
+	seen    map[string]bool
+}
+
+// reconcileAll walks every anchor directory on disk and brings the index and
+// the segments into agreement.
+func (db *DB) reconcileAll() error {
+	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool)}
+	defer func() { _ = rc.batch.Close() }()
+	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
+	fans, err := db.fs.List(root)
+	if err != nil && !oserrorIsNotExist(err) {
+		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", root)
+	}
+	slices.Sort(fans)
+	for _, fan := range fans {
+		if len(fan) != 2 || !isHex(fan) {
+			continue
+		}
+		fanDir := db.fs.PathJoin(root, fan)
+		subs, err := db.fs.List(fanDir)
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "list %s", fanDir)
+		}
+		slices.Sort(subs)
+		for _, sub := range subs {
+			if len(sub) != 30 || !isHex(sub) {
+				continue
+			}
+			if err := rc.anchorDir(db.fs.PathJoin(fanDir, sub), fan+sub); err != nil {
+				return err
+			}
+			if err := rc.flush(false); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rc.missingAnchors(); err != nil {
+		return err
+	}
+	return rc.flush(true)
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// flush commits the adoption rows gathered so far. Adopted segments are
+// fsynced before their rows are gathered, so a row never points at bytes a
+// crash could take away.
+func (rc *reconciler) flush(final bool) error {
+	if rc.batch.Empty() || (!final && rc.batch.Len() < 16<<20) {
+		return nil
+	}
+	opt := pebble.NoSync
+	if final {
+		opt = pebble.Sync
+	}
+	if err := rc.batch.Commit(opt); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "commit recovered index rows")
+	}
+	_ = rc.batch.Close()
+	rc.batch = rc.db.index.NewBatch()
+	return nil
+}
+
+// segFile is one segment file found on disk.
+type segFile struct {
+	segno uint64
+	path  string
+}
+
+func (rc *reconciler) anchorDir(dir, pathID string) error {
+	db := rc.db
+	names, err := db.fs.List(dir)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	var segs []segFile
+	for _, n := range names {
+		if strings.HasSuffix(n, ".tmp") {
+			// An interrupted whole-file rewrite; the original is intact.
+			if err := db.fs.Remove(db.fs.PathJoin(dir, n)); err != nil {
+				return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", n)
+			}
+			continue
+		}
+		if segno, ok := segment.ParseFileName(n); ok {
+			segs = append(segs, segFile{segno, db.fs.PathJoin(dir, n)})
+		}
+	}
+	slices.SortFunc(segs, func(a, b segFile) int { return int(a.segno - b.segno) })
+	// A newest segment too short for its header holds no record: its creation
+	// was torn. Journal replay has already recreated any segment the index
+	// needs, so it can go.
+	for len(segs) > 0 {
+		last := segs[len(segs)-1]
+		size, hdr, herr := rc.readHeader(last.path)
+		var fe *segment.FrameError
+		if herr == nil || !errors.As(herr, &fe) || fe.Kind != segment.Torn {
+			if herr == nil && segment.AnchorPathID(hdr.Anchor) != pathID {
+				return rc.orphan(last.path, fmt.Sprintf("header names anchor %q, which belongs elsewhere", hdr.Anchor))
+			}
+			break
+		}
+		saved, err := rc.saveCut(last.path, pathID, last.segno, 0, size)
+		if err != nil {
+			return err
+		}
+		if err := db.fs.Remove(last.path); err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", last.path)
+		}
+		db.markDirty(last.path, dir)
+		db.event(RecoveryEvent{Kind: EventRemoved, File: last.path, Bytes: size, Saved: saved})
+		segs = segs[:len(segs)-1]
+	}
+	if len(segs) == 0 {
+		return nil
+	}
+	// Name the anchor from the first segment whose header reads.
+	var id string
+	for _, s := range segs {
+		if _, h, err := rc.readHeader(s.path); err == nil {
+			id = h.Anchor
+			break
+		}
+	}
+	if id == "" {
+		return rc.orphan(dir, "no segment header in the directory verifies")
+	}
+	if segment.AnchorPathID(id) != pathID {
+		return rc.orphan(dir, fmt.Sprintf("headers name anchor %q, which belongs elsewhere", id))
+	}
+	rc.seen[id] = true
+	a, err := db.getAnchor(id, true)
+	if err != nil {
+		return err
+	}
+	if a.damaged() != nil {
+		return nil // already reported; the files are left as they are
+	}
+	a.mu.Lock()
+	a.dirReady = true
+	a.mu.Unlock()
+	return rc.reconcileAnchor(a, segs)
+}
+
+// orphan reports files that cannot belong to any anchor. They are left in
+// place for an operator.
+func (rc *reconciler) orphan(path, why string) error {
+	e := errs.New(errs.CodeChainBroken, "%s: %s", path, why)
+	e.File = path
+	rc.db.event(RecoveryEvent{Kind: EventDamaged, File: path, Err: e})
+	return nil
+}
+
+func (rc *reconciler) readHeader(path string) (int64, segment.Header, error) {
+	f, err := rc.db.fs.Open(path)
+	if err != nil {
+		return 0, segment.Header{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return 0, segment.Header{}, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
+	buf := make([]byte, min(st.Size(), int64(segment.HeaderSize(string(make([]byte, segment.MaxAnchorID))))))
+	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		return 0, segment.Header{}, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+	}
+	h, _, err := segment.ParseHeader(buf)
+	return st.Size(), h, err
+}
+
+// reconcileAnchor scans the anchor's segments from where the index ends and
+// adopts, cuts or reports what it finds.
+func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile) error {
+	db := rc.db
+	st := a.snapshot()
+	newest := segs[len(segs)-1].segno
+	startIdx := 0
+	if st.segno != 0 {
+		startIdx = slices.IndexFunc(segs, func(s segFile) bool { return s.segno == st.segno })
+		if startIdx < 0 {
+			if st.segSize == 0 && st.segno > newest {
+				return nil // the active segment is not created yet: nothing past the index
+			}
+			e := errs.New(errs.CodeChainBroken, "active segment %d of anchor %q is missing", st.segno, a.id)
+			e.File = db.segmentPath(a, st.segno)
+			db.markDamaged(a, e)
+			return nil
+		}
+	} else if segs[0].segno != 1 {
+		e := errs.New(errs.CodeChainBroken, "anchor %q starts at segment %d: segment 1 is missing", a.id, segs[0].segno)
+		e.File = segs[0].path
+		db.markDamaged(a, e)
+		return nil
+	}
+	adopted := uint64(0)
+	tree := cloneRange(a)
+	for i := startIdx; i < len(segs); i++ {
+		s := segs[i]
+		if i > startIdx && s.segno != segs[i-1].segno+1 {
+			e := errs.New(errs.CodeChainBroken, "anchor %q has segment %d after %d: segments are missing", a.id, s.segno, segs[i-1].segno)
+			e.File = s.path
+			db.markDamaged(a, e)
+			return nil
+		}
+		n, sealed, stop, err := rc.scanSegment(a, &st, tree, s, i == len(segs)-1)
+		adopted += n
+		if err != nil {
+			return err
+		}
+		if stop {
+			break
+		}
+		if !sealed && i < len(segs)-1 {
+			e := errs.New(errs.CodeChainBroken, "segment %d of anchor %q is not sealed but segment %d follows", s.segno, a.id, segs[i+1].segno)
+			e.File = s.path
+			db.markDamaged(a, e)
+			break
+		}
+	}
+	if adopted > 0 {
+		db.event(RecoveryEvent{Kind: EventAdopted, Anchor: a.id, Records: adopted})
+	}
+	old := a.snapshot()
+	if st.segno != old.segno || st.segFirst != old.segFirst || !old.stored {
+		meta := anchorMeta{ActiveSegno: st.segno, ActiveFirstSeq: st.segFirst}
+		if a.damaged() == nil {
+			_ = rc.batch.Set(anchorKey(a.id), meta.encode(nil), nil)
+			st.stored = true
+		}
+	}
+	if st.lastCounter > db.clock.Load() {
+		db.clock.Store(st.lastCounter)
+		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, st.lastCounter), nil)
+	}
+	a.mu.Lock()
+	a.anchorHead = st
+	a.tree = tree
+	a.mu.Unlock()
+	return nil
+}
+
+// scanSegment reads one segment from where the index ends (st), adopting
+// every whole record. stop means the log ends in this segment.
+func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range, s segFile, newest bool) (adopted uint64, sealed, stop bool, err error) {
+	db := rc.db
+	f, err := db.fs.Open(s.path)
+	if err != nil {
+		return 0, false, true, errs.Wrap(errs.CodeWriteFailed, err, "open %s", s.path)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, false, true, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.path)
+	}
+	sc, err := segment.NewScanner(f, info.Size())
+	if err != nil {
+		var fe *segment.FrameError
+		if errors.As(err, &fe) {
+			db.markDamaged(a, fe.AsError(a.id, s.path))
+			return 0, false, true, nil
+		}
+		return 0, false, true, errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.path)
+	}
+	h := sc.Header
+	resume := st.segno == s.segno && st.segSize > 0
+	if resume {
+		if h.FirstSeq != st.segFirst {
+			e := errs.New(errs.CodeIndexMismatch, "segment %s starts at seq %d, the index says %d", s.path, h.FirstSeq, st.segFirst)
+			e.File = s.path
+			db.markDamaged(a, e)
+			return 0, false, true, nil
+		}
+		if st.segSize > info.Size() {
+			e := errs.New(errs.CodeChainBroken, "segment %s is %d bytes; the index has records up to byte %d", s.path, info.Size(), st.segSize)
+			e.File, e.Offset = s.path, info.Size()
+			db.markDamaged(a, e)
+			return 0, false, true, nil
+		}
+		sc.Resume(st.segSize, st.head+1, st.headHash, st.segCount)
+	} else {
+		// A segment the index has no record of: it must continue the log.
+		wantFirst, wantPrev := st.head+1, st.headHash
+		if h.Segno != s.segno || h.FirstSeq != wantFirst || h.PrevHash != wantPrev {
+			e := errs.New(errs.CodeChainBroken, "segment %s header (segment %d, first seq %d) does not continue the log at seq %d",
+				s.path, h.Segno, h.FirstSeq, wantFirst)
+			e.File = s.path
+			db.markDamaged(a, e)
+			return 0, false, true, nil
+		}
+		st.segno, st.segFirst, st.segCount = s.segno, h.FirstSeq, 0
+		st.segHeader = h.Checksum
+		st.segSize = int64(sc.HeaderSize)
+	}
+	for {
+		fr, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var fe *segment.FrameError
+			if !errors.As(err, &fe) {
+				return adopted, false, true, errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.path)
+			}
+			if !newest {
+				db.markDamaged(a, fe.AsError(a.id, s.path))
+				return adopted, false, true, nil
+			}
+			// The newest segment ends in bytes no index row vouches for and
+			// that do not form a whole, linked record: a torn tail.
+			if err := rc.cut(a, s, sc.Offset(), info.Size(), fe); err != nil {
+				return adopted, false, true, err
+			}
+			break
+		}
+		rec := fr.Record
+		rc.scratch = indexRecord(rc.batch, &rec, s.segno, fr.Offset, fr.Size, db.opts.InlineValueMax, rc.scratch)
+		leaf := segment.LeafHash(rec.Hash)
+		_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
+		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter
+		st.segSize = fr.Offset + int64(fr.Size)
+		st.segCount++
+		adopted++
+	}
+	if adopted > 0 {
+		// The adopted bytes may only be in the page cache: make them durable
+		// before any index row points at them.
+		if err := f.Sync(); err != nil {
+			return adopted, false, true, errs.Wrap(errs.CodeWriteFailed, err, "fsync %s", s.path)
+		}
+	}
+	if sc.Footer() != nil {
+		st.segno++
+		st.segFirst = st.head + 1
+		st.segSize, st.segCount = 0, 0
+		return adopted, true, false, nil
+	}
+	return adopted, false, newest, nil
+}
+
+// cut removes the torn tail [at, size) of the newest segment, keeping the
+// bytes in lost+found.
+func (rc *reconciler) cut(a *anchor, s segFile, at, size int64, why *segment.FrameError) error {
+	db := rc.db
+	saved, err := rc.saveCut(s.path, segment.AnchorPathID(a.id), s.segno, at, size)
+	if err != nil {
+		return err
+	}
+	if err := db.truncateFile(s.path, at); err != nil {
+		return err
+	}
+	e := why.AsError(a.id, s.path)
+	db.event(RecoveryEvent{Kind: EventCut, Anchor: a.id, File: s.path, Offset: at, Bytes: size - at, Saved: saved, Err: e})
+	return nil
+}
+
+// truncateFile shortens path to size by rewriting its prefix through a
+// temporary file and a rename (vfs has no truncate, and a rename is atomic).
+func (db *DB) truncateFile(path string, size int64) error {
+	f, err := db.fs.Open(path)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	buf := make([]byte, size)
+	_, err = f.ReadAt(buf, 0)
+	_ = f.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+	}
+	return db.writeWholeFile(path, buf)
+}
+
+// saveCut copies bytes [from, to) of path into lost+found and returns the
+// copy's path.
+func (rc *reconciler) saveCut(path, pathID string, segno uint64, from, to int64) (string, error) {
+	db := rc.db
+	if to <= from {
+		return "", nil
+	}
+	f, err := db.fs.Open(path)
+	if err != nil {
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	buf := make([]byte, to-from)
+	_, err = f.ReadAt(buf, from)
+	_ = f.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+	}
+	lf := db.fs.PathJoin(db.dir, LostAndFound)
+	if err := db.fs.MkdirAll(lf, 0o755); err != nil {
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", lf)
+	}
+	dst := db.fs.PathJoin(lf, fmt.Sprintf("%s-%s-%d.cut", pathID, segment.FileName(segno), from))
+	if err := db.writeWholeFile(dst, buf); err != nil {
+		return "", err
+	}
+	if err := db.syncDir(db.dir); err != nil {
+		return "", err
+	}
+	return dst, nil
+}
+
+// missingAnchors reports anchors the index knows whose directory is gone.
+func (rc *reconciler) missingAnchors() error {
+	db := rc.db
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	var missing []string
+	for ok := it.First(); ok; ok = it.Next() {
+		id := string(it.Key()[1:])
+		if !rc.seen[id] {
+			missing = append(missing, id)
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read anchors")
+	}
+	for _, id := range missing {
+		a, err := db.getAnchor(id, false)
+		if err != nil || a == nil {
+			continue
+		}
+		if st := a.snapshot(); st.head > 0 && a.damaged() == nil {
+			e := errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) are missing", id, st.head)
+			e.File = a.dir
+			db.markDamaged(a, e)
+		}
+	}
+	return nil
+}
+
+var _ = vfs.WriteCategoryUnspecified

@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"context"
+	"iter"
+	"strings"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// AnchorInfo describes one anchor log.
+type AnchorInfo struct {
+	ID          string       `json:"anchor"`
+	Records     uint64       `json:"records"` // the head seq
+	HeadHash    segment.Hash `json:"head_hash"`
+	LastCounter uint64       `json:"last_counter"`
+	Segments    uint64       `json:"segments"` // number of the active segment
+	Damage      string       `json:"damage,omitempty"`
+}
+
+// Anchors lists every anchor with at least one record, in byte order of id.
+func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
+	return func(yield func(AnchorInfo, error) bool) {
+		ids, err := db.anchorIDs()
+		if err != nil {
+			yield(AnchorInfo{}, err)
+			return
+		}
+		for _, id := range ids {
+			if err := ctx.Err(); err != nil {
+				yield(AnchorInfo{}, err)
+				return
+			}
+			info, ok, err := db.AnchorInfo(id)
+			if err != nil {
+				yield(AnchorInfo{}, err)
+				return
+			}
+			if ok && !yield(info, nil) {
+				return
+			}
+		}
+	}
+}
+
+// AnchorInfo returns one anchor's head; ok is false when it has no records.
+func (db *DB) AnchorInfo(id string) (AnchorInfo, bool, error) {
+	a, err := db.getAnchor(id, false)
+	if err != nil || a == nil {
+		return AnchorInfo{}, false, err
+	}
+	st := a.snapshot()
+	info := AnchorInfo{ID: id, Records: st.head, HeadHash: st.headHash, LastCounter: st.lastCounter, Segments: st.segno}
+	if d := a.damaged(); d != nil {
+		info.Damage = d.Error()
+	}
+	return info, st.head > 0 || info.Damage != "", nil
+}
+
+// anchorIDs returns the ids of every anchor the index knows, in byte order.
+func (db *DB) anchorIDs() ([]string, error) {
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	var ids []string
+	for ok := it.First(); ok; ok = it.Next() {
+		ids = append(ids, string(it.Key()[1:]))
+	}
+	return ids, it.Error()
+}
+
+// Stats describes the database.
+type Stats struct {
+	Dir             string `json:"dir"`
+	ID              string `json:"id"`
+	Durability      string `json:"durability"`
+	Anchors         uint64 `json:"anchors"`
+	Records         uint64 `json:"records"`
+	DamagedAnchors  uint64 `json:"damaged_anchors"`
+	SegmentFiles    uint64 `json:"segment_files"`
+	SegmentBytes    int64  `json:"segment_bytes"`
+	IndexBytes      uint64 `json:"index_bytes"`
+	InFlightRecords int    `json:"in_flight_records"`
+	InFlightBytes   int64  `json:"in_flight_bytes"`
+	OpenFiles       int    `json:"open_segment_files"`
+	Clock           uint64 `json:"clock"`
+}
+
+// Stats counts anchors, records and bytes. It walks the segment directories,
+// so it costs a directory listing per anchor.
+func (db *DB) Stats(ctx context.Context) (Stats, error) {
+	s := Stats{Dir: db.dir, ID: db.id, Durability: db.opts.DurabilityMode(), Clock: db.clock.Load(), OpenFiles: db.files.open()}
+	s.InFlightRecords, s.InFlightBytes = db.adm.inFlight()
+	for info, err := range db.Anchors(ctx) {
+		if err != nil {
+			return s, err
+		}
+		s.Anchors++
+		s.Records += info.Records
+		if info.Damage != "" {
+			s.DamagedAnchors++
+		}
+		dir := segment.AnchorDir(db.fs, db.dir, info.ID)
+		names, err := db.fs.List(dir)
+		if err != nil {
+			continue
+		}
+		for _, n := range names {
+			if !strings.HasSuffix(n, ".seg") {
+				continue
+			}
+			if st, err := db.fs.Stat(db.fs.PathJoin(dir, n)); err == nil {
+				s.SegmentFiles++
+				s.SegmentBytes += st.Size()
+			}
+		}
+	}
+	m := db.index.Metrics()
+	s.IndexBytes = m.DiskSpaceUsage()
+	return s, nil
+}
