@@ -76,7 +76,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	fs := opts.FS
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAllSynced(fs, dir); err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
 	}
 	lock, err := lockDir(fs, dir)

@@ -5,6 +5,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 func errorsIsNotExist(err error) bool {
@@ -12,3 +14,41 @@ func errorsIsNotExist(err error) bool {
 }
 
 var errEOF = io.EOF
+
+// mkdirAllSynced creates dir and any missing parents, then fsyncs every
+// parent up to the closest one that already existed, so the new entries
+// survive a power loss (as Pebble does for its own directory).
+func mkdirAllSynced(fs vfs.FS, dir string) error {
+	var parents []string
+	for p := fs.PathDir(dir); ; p = fs.PathDir(p) {
+		parents = append(parents, p)
+		if fs.PathDir(p) == p {
+			break
+		}
+		if _, err := fs.Stat(p); err == nil {
+			break
+		} else if !errorsIsNotExist(err) {
+			return err
+		}
+	}
+	if _, err := fs.Stat(dir); err == nil {
+		return nil
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range parents {
+		d, err := fs.OpenDir(p)
+		if err != nil {
+			return err
+		}
+		err = d.Sync()
+		if cerr := d.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

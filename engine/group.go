@@ -469,10 +469,14 @@ func (db *DB) ensureAnchorDir(a *anchor) error {
 	if err := db.fs.MkdirAll(a.dir, 0o755); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "create anchor directory %s", a.dir)
 	}
+	// MkdirAll may have created the fan-out directory and anchors/ as well:
+	// every entry up to the database root must reach the disk.
 	fan := db.fs.PathDir(a.dir)
+	anchors := db.fs.PathDir(fan)
 	db.dirtyMu.Lock()
 	db.dirtyDirs[fan] = struct{}{}
-	db.dirtyDirs[db.fs.PathDir(fan)] = struct{}{}
+	db.dirtyDirs[anchors] = struct{}{}
+	db.dirtyDirs[db.fs.PathDir(anchors)] = struct{}{}
 	db.dirtyMu.Unlock()
 	a.mu.Lock()
 	a.dirReady = true

@@ -204,25 +204,31 @@ func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
 		}
 		want = append(want, r.Frame...)
 	}
+	// A segment created since the last settle has its header unsettled too:
+	// the journal's first frame sits right after it, and the header follows
+	// from that frame, so it is checked and restored like the frames.
+	base := first.Offset
+	if first.Offset == int64(segment.HeaderSize(a.id)) {
+		h := segment.Header{Anchor: a.id, Segno: segno, FirstSeq: first.rec.Seq, PrevHash: first.rec.PrevHash}
+		want = append(segment.AppendHeader(nil, &h), want...)
+		base = 0
+	}
 	if _, err := db.fs.Stat(path); err != nil {
 		if !oserrorIsNotExist(err) {
 			return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
 		}
-		// The file itself was lost: only its creation was unsynced if its
-		// first frame is in the journal.
-		if first.Offset != int64(segment.HeaderSize(a.id)) {
+		if base != 0 {
 			return errs.New(errs.CodeChainBroken, "segment %s is missing and held settled records before seq %d", path, first.rec.Seq).At(a.id, first.rec.Seq, path, 0)
 		}
-		h := segment.Header{Anchor: a.id, Segno: segno, FirstSeq: first.rec.Seq, PrevHash: first.rec.PrevHash}
-		data := append(segment.AppendHeader(nil, &h), want...)
 		if err := db.fs.MkdirAll(a.dir, 0o755); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "create %s", a.dir)
 		}
-		if err := db.writeWholeFile(path, data); err != nil {
+		if err := db.writeWholeFile(path, want); err != nil {
 			return err
 		}
-		db.markDirty(path, a.dir, db.fs.PathDir(a.dir), db.fs.PathDir(db.fs.PathDir(a.dir)))
-		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: 0, Bytes: int64(len(data)), Records: uint64(len(rows))})
+		fan := db.fs.PathDir(a.dir)
+		db.markDirty(path, a.dir, fan, db.fs.PathDir(fan), db.fs.PathDir(db.fs.PathDir(fan)))
+		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: 0, Bytes: int64(len(want)), Records: uint64(len(rows))})
 		return nil
 	}
 	f, err := db.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
@@ -231,34 +237,35 @@ func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
 	}
 	defer f.Close()
 	got := make([]byte, len(want))
-	n, err := f.ReadAt(got, first.Offset)
+	n, err := f.ReadAt(got, base)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
 	}
 	got = got[:n]
 	if !bytes.Equal(got, want) {
-		// Rewrite from the first frame that differs.
-		at, restored := 0, uint64(0)
-		for _, r := range rows {
-			fl := len(r.Frame)
-			if at+fl <= len(got) && bytes.Equal(got[at:at+fl], r.Frame) {
-				at += fl
-				continue
-			}
-			restored = uint64(len(rows)) - uint64(r.rec.Seq-first.rec.Seq)
-			break
+		// Rewrite from the first byte that differs, counting the frames
+		// restored from there.
+		at := 0
+		for at < len(got) && got[at] == want[at] {
+			at++
 		}
-		if _, err := f.WriteAt(want[at:], first.Offset+int64(at)); err != nil {
+		restored := uint64(0)
+		for _, r := range rows {
+			if r.Offset+int64(len(r.Frame)) > base+int64(at) {
+				restored++
+			}
+		}
+		if _, err := f.WriteAt(want[at:], base+int64(at)); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "rewrite %s", path)
 		}
 		db.files.forget(path)
 		db.markDirty(path)
-		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: first.Offset + int64(at), Bytes: int64(len(want) - at), Records: restored})
+		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: base + int64(at), Bytes: int64(len(want) - at), Records: restored})
 	}
 	if sealed {
 		// A later segment has journal frames, so this one was sealed — and the
 		// seal fsynced — before any of them was written.
-		if err := db.checkSealAfter(a, f, path, first.Offset+int64(len(want)), rows[len(rows)-1].rec); err != nil {
+		if err := db.checkSealAfter(a, f, path, base+int64(len(want)), rows[len(rows)-1].rec); err != nil {
 			return err
 		}
 	}

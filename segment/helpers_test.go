@@ -126,14 +126,14 @@ func buildSegmentOpts(t testing.TB, anchor string, o segOpts) testSegment {
 
 // scanResult is everything a full scan produced.
 type scanResult struct {
-	hdrErr error       // from NewScanner
-	frames []Frame     // records cloned
-	err    error       // the error that ended the scan; nil for a clean io.EOF
-	sc     *Scanner    // nil when NewScanner failed
-	footer *Footer     // Footer() at the end
-	calls  int         // Next calls made
-	stuck  bool        // the scanner did not finish within its bound
-	errs   []error     // errors returned by extra Next calls after the end
+	hdrErr error    // from NewScanner
+	frames []Frame  // records cloned
+	err    error    // the error that ended the scan; nil for a clean io.EOF
+	sc     *Scanner // nil when NewScanner failed
+	footer *Footer  // Footer() at the end
+	calls  int      // Next calls made
+	stuck  bool     // the scanner did not finish within its bound
+	errs   []error  // errors returned by extra Next calls after the end
 }
 
 // scanAll scans data as a whole segment file. It bounds the number of Next

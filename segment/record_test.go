@@ -373,9 +373,9 @@ func TestValidateAnchorID(t *testing.T) {
 	valid := []string{
 		"a", "../x", "a/b", ".", "..", "/", `\`, "user@host", "Ünïcode", "a b", " ", "😀",
 		"CON", "x\u200by", // zero-width space: a format character, not a control character
-		"x\u2028y",                  // line separator: Zl, not Cc
-		strings.Repeat("a", 254),    // N-1
-		strings.Repeat("a", 255),    // N
+		"x\u2028y",                     // line separator: Zl, not Cc
+		strings.Repeat("a", 254),       // N-1
+		strings.Repeat("a", 255),       // N
 		strings.Repeat("Ü", 127) + "a", // N, multi-byte
 	}
 	for _, id := range valid {
@@ -388,8 +388,8 @@ func TestValidateAnchorID(t *testing.T) {
 		want []string // substrings of the message
 	}{
 		{"", []string{"anchor id", "empty", "255"}},
-		{strings.Repeat("a", 256), []string{"anchor id", "256", "limit 255"}},      // N+1
-		{strings.Repeat("Ü", 128), []string{"anchor id", "256", "limit 255"}},      // N+1, multi-byte
+		{strings.Repeat("a", 256), []string{"anchor id", "256", "limit 255"}}, // N+1
+		{strings.Repeat("Ü", 128), []string{"anchor id", "256", "limit 255"}}, // N+1, multi-byte
 		{strings.Repeat("a", 1000), []string{"anchor id", "1000", "limit 255"}},
 		{"\x00", []string{"anchor id", "control character", "U+0000"}},
 		{"a\nb", []string{"control character", "U+000A"}},
@@ -400,10 +400,10 @@ func TestValidateAnchorID(t *testing.T) {
 		{"a\u0085b", []string{"control character", "U+0085"}},
 		{"a\u009fb", []string{"control character"}},
 		{"\xff", []string{"anchor id", "UTF-8"}},
-		{"ab\xc3", []string{"UTF-8"}},                 // truncated sequence
-		{"\xc0\xaf", []string{"UTF-8"}},               // overlong '/'
-		{"\xed\xa0\x80", []string{"UTF-8"}},           // surrogate half
-		{"\xf4\x90\x80\x80", []string{"UTF-8"}},       // above U+10FFFF
+		{"ab\xc3", []string{"UTF-8"}},           // truncated sequence
+		{"\xc0\xaf", []string{"UTF-8"}},         // overlong '/'
+		{"\xed\xa0\x80", []string{"UTF-8"}},     // surrogate half
+		{"\xf4\x90\x80\x80", []string{"UTF-8"}}, // above U+10FFFF
 		{strings.Repeat("a", 255) + "\x00", []string{"256"}},
 	}
 	for _, c := range invalid {
@@ -456,11 +456,11 @@ func TestValidateContent(t *testing.T) {
 	n := func(k int) []byte { return bytes.Repeat([]byte{'x'}, k) }
 	const ev = "TELEMETRY_UPDATE"
 	cases := []struct {
-		name                string
-		anchor, typ         string
-		key, value, idem    []byte
-		lim                 *Limits
-		want                []string // nil: valid
+		name             string
+		anchor, typ      string
+		key, value, idem []byte
+		lim              *Limits
+		want             []string // nil: valid
 	}{
 		{name: "put", anchor: "a", typ: TypePut, key: n(1), value: n(1)},
 		{name: "put empty value", anchor: "a", typ: TypePut, key: n(1)},
