@@ -1,0 +1,117 @@
+package proof
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// GenerateKeys returns a new ed25519 key pair for signed notes named name,
+// from crypto/rand: signerKey is "PRIVATE+KEY+<name>+<hash>+<base64>" (keep
+// it secret; the CLI writes it to PREFIX.key with mode 0600) and verifierKey
+// is "<name>+<hash>+<base64>" (public; PREFIX.pub). Notes signed with it end
+// in the line "— <name> <base64 signature>". name must be non-empty UTF-8
+// without spaces or '+' (INPUT_001).
+func GenerateKeys(name string) (signerKey, verifierKey string, err error) {
+	if err := validateKeyName(name); err != nil {
+		return "", "", err
+	}
+	signerKey, verifierKey, err = note.GenerateKey(rand.Reader, name)
+	if err != nil {
+		return "", "", fmt.Errorf("generate key %q: %w", name, err)
+	}
+	return signerKey, verifierKey, nil
+}
+
+// validateKeyName applies the note package's rule for key names.
+func validateKeyName(name string) error {
+	if name == "" || !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsSpace) >= 0 || strings.Contains(name, "+") {
+		return errs.New(errs.CodeInvalidInput, "key name %q must be non-empty UTF-8 without spaces or '+'", name)
+	}
+	return nil
+}
+
+// Sign signs a checkpoint body (Checkpoint.Marshal) with signerKey and
+// returns the signed note: the body, a blank line, and the signature line
+// "— <name> <base64(key hash ‖ ed25519 signature)>\n" (C2SP signed-note).
+// Surrounding white space of signerKey (a trailing newline from a key file)
+// is ignored. The body is parsed first: a malformed or non-canonical body is
+// INPUT_001 (a wrong root INT_001) and is never signed; a malformed signer
+// key is INPUT_001 (its text is never quoted in the error).
+func Sign(body []byte, signerKey string) ([]byte, error) {
+	if _, err := ParseCheckpointBody(body); err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
+	}
+	signer, err := note.NewSigner(strings.TrimSpace(signerKey))
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeInvalidInput, err, "sign: malformed signer key")
+	}
+	msg, err := note.Sign(&note.Note{Text: string(body)}, signer)
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeInvalidInput, err, "sign checkpoint as %q", signer.Name())
+	}
+	return msg, nil
+}
+
+// OpenCheckpoint verifies a signed checkpoint note against the verifier keys
+// and parses its body. At least one signature must be by one of the keys and
+// every signature by a known key must verify; signatures by other keys are
+// ignored. Surrounding white space of each key is ignored.
+//
+// Errors: no keys or a malformed key is INPUT_001; any failure of the note —
+// altered text, a forged or truncated signature, no signature by a known
+// key, a malformed note — is AUTH_003 (signature_invalid) wrapping the note
+// package's error; a body that verifies but is malformed is INPUT_001 (a
+// root that does not match its anchors INT_001).
+func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, error) {
+	if len(verifierKeys) == 0 {
+		return nil, errs.New(errs.CodeInvalidInput, "open checkpoint: no verifier key")
+	}
+	vs := make([]note.Verifier, 0, len(verifierKeys))
+	seen := make(map[string]bool, len(verifierKeys))
+	for i, k := range verifierKeys {
+		v, err := note.NewVerifier(strings.TrimSpace(k))
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeInvalidInput, err, "open checkpoint: verifier key %d", i+1)
+		}
+		// NB: note.Open refuses a list that names one key twice as
+		// ambiguous; the same key given twice is harmless, so drop repeats.
+		id := fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
+		if !seen[id] {
+			seen[id] = true
+			vs = append(vs, v)
+		}
+	}
+	n, err := note.Open(noteBytes, note.VerifierList(vs...))
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeSignatureInvalid, err, "checkpoint %s", describeOpenError(err))
+	}
+	c, err := ParseCheckpointBody([]byte(n.Text))
+	if err != nil {
+		return nil, fmt.Errorf("signed checkpoint: %w", err)
+	}
+	return c, nil
+}
+
+// describeOpenError names what note.Open found wrong.
+func describeOpenError(err error) string {
+	var unverified *note.UnverifiedNoteError
+	var invalid *note.InvalidSignatureError
+	switch {
+	case errors.As(err, &unverified):
+		names := make([]string, 0, len(unverified.Note.UnverifiedSigs))
+		for _, s := range unverified.Note.UnverifiedSigs {
+			names = append(names, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
+		}
+		return fmt.Sprintf("has no signature by a given key (signed by: %s)", strings.Join(names, ", "))
+	case errors.As(err, &invalid):
+		return fmt.Sprintf("signature by %s+%08x does not verify (text or signature altered)", invalid.Name, invalid.Hash)
+	}
+	return "is not a well-formed signed note"
+}
