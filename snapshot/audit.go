@@ -1,0 +1,314 @@
+package snapshot
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"time"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/zeebo/blake3"
+)
+
+// AuditFileName is the audit log's file name in the database directory.
+const AuditFileName = "audit.log"
+
+// maxAuditLine bounds one audit line.
+const maxAuditLine = 1 << 20
+
+// AuditItem is one thing an action removed or added, with its hash.
+//
+//	kind "snapshot": Name, Bytes, Hash = file hash, StateHash
+//	kind "segment":  Anchor, Segno, FirstSeq, LastSeq, Bytes, Hash = hash of its last record
+//	kind "cut":      Anchor, LastSeq = the cut seq, Hash = head hash at the cut
+type AuditItem struct {
+	Kind      string       `json:"kind"`
+	Name      string       `json:"name,omitempty"`
+	Anchor    string       `json:"anchor,omitempty"`
+	Segno     uint64       `json:"segno,omitempty"`
+	FirstSeq  uint64       `json:"first_seq,omitempty"`
+	LastSeq   uint64       `json:"last_seq,omitempty"`
+	Bytes     int64        `json:"bytes,omitempty"`
+	StateHash segment.Hash `json:"state_hash,omitzero"`
+	Hash      segment.Hash `json:"hash"`
+}
+
+// AuditEntry is one line of the audit log. Append sets Seq, Prev and Hash.
+type AuditEntry struct {
+	Seq       uint64       `json:"seq"`
+	Time      time.Time    `json:"time"`
+	PolicyRef string       `json:"policy_ref"`
+	Action    string       `json:"action"`
+	Removed   []AuditItem  `json:"removed"`
+	Added     []AuditItem  `json:"added"`
+	Note      string       `json:"note,omitempty"`
+	Prev      segment.Hash `json:"prev"`
+	Hash      segment.Hash `json:"hash"`
+}
+
+// auditBody is AuditEntry without its hash: the hashed part of a line.
+type auditBody struct {
+	Seq       uint64       `json:"seq"`
+	Time      time.Time    `json:"time"`
+	PolicyRef string       `json:"policy_ref"`
+	Action    string       `json:"action"`
+	Removed   []AuditItem  `json:"removed"`
+	Added     []AuditItem  `json:"added"`
+	Note      string       `json:"note,omitempty"`
+	Prev      segment.Hash `json:"prev"`
+}
+
+// AuditEntry turns a plan action into the audit entry recording it. For
+// create_snapshot, add SnapshotItem of the new snapshot to Added.
+func (a Action) AuditEntry(now time.Time, policyRef string) AuditEntry {
+	e := AuditEntry{Time: now, PolicyRef: policyRef, Action: string(a.Kind), Note: a.Reason}
+	switch a.Kind {
+	case ActionDeleteSnapshot:
+		e.Removed = []AuditItem{{Kind: "snapshot", Name: a.Snapshot, Bytes: a.Bytes, Hash: a.Hash}}
+	case ActionRecordCut:
+		e.Added = []AuditItem{{Kind: "cut", Anchor: a.Anchor, LastSeq: a.CutSeq, Hash: a.Hash}}
+	case ActionRemoveSegment:
+		e.Removed = []AuditItem{{Kind: "segment", Anchor: a.Anchor, Segno: a.Segno, FirstSeq: a.FirstSeq, LastSeq: a.LastSeq, Bytes: a.Bytes, Hash: a.Hash}}
+	}
+	return e
+}
+
+// SnapshotItem describes a snapshot for the audit log.
+func SnapshotItem(i Info) AuditItem {
+	return AuditItem{Kind: "snapshot", Name: i.Name, Bytes: i.Size, StateHash: i.StateHash, Hash: i.FileHash}
+}
+
+// AuditHead is the state of an audit log after its last line.
+type AuditHead struct {
+	Lines uint64       `json:"lines"`
+	Head  segment.Hash `json:"head"`       // hash of the last line; zero when empty
+	Torn  int64        `json:"torn_bytes"` // bytes after the last newline
+}
+
+// encodeAuditLine fills e.Hash and returns the line without its newline.
+func encodeAuditLine(e *AuditEntry) ([]byte, error) {
+	b := auditBody{Seq: e.Seq, Time: e.Time, PolicyRef: e.PolicyRef, Action: e.Action,
+		Removed: e.Removed, Added: e.Added, Note: e.Note, Prev: e.Prev}
+	if b.Removed == nil {
+		b.Removed = []AuditItem{}
+	}
+	if b.Added == nil {
+		b.Added = []AuditItem{}
+	}
+	body, err := json.Marshal(b)
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeInvalidInput, err, "audit: encode entry")
+	}
+	body = body[:len(body)-1] // drop '}'
+	blake3.DeriveKey(ContextAuditLine, body, e.Hash[:])
+	line := append(body, `,"hash":"`...)
+	line = append(line, e.Hash.String()...)
+	return append(line, '"', '}'), nil
+}
+
+// hashSuffixLen is len(`,"hash":"blake3:<64 hex>"}`).
+const hashSuffixLen = len(`,"hash":"`) + len("blake3:") + 2*hashSize + len(`"}`)
+
+// decodeAuditLine checks one line (without newline) and decodes it.
+func decodeAuditLine(line []byte) (AuditEntry, error) {
+	var e AuditEntry
+	line = bytes.TrimRight(line, " ")
+	if len(line) < hashSuffixLen+1 || !bytes.HasPrefix(line[len(line)-hashSuffixLen:], []byte(`,"hash":"`)) ||
+		!bytes.HasSuffix(line, []byte(`"}`)) {
+		return e, errors.New("not an audit line (it must end with the line hash)")
+	}
+	body := line[:len(line)-hashSuffixLen]
+	stored, err := segment.ParseHash(string(line[len(line)-hashSuffixLen+len(`,"hash":"`) : len(line)-2]))
+	if err != nil {
+		return e, err
+	}
+	var want segment.Hash
+	blake3.DeriveKey(ContextAuditLine, body, want[:])
+	if want != stored {
+		return e, fmt.Errorf("line hash %s does not match its content (%s): the line was altered", stored, want)
+	}
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return e, fmt.Errorf("decode: %v", err)
+	}
+	if e.Hash != stored {
+		return e, errors.New("line carries two hashes")
+	}
+	return e, nil
+}
+
+// Append appends an entry to the audit log at path, creating it if needed,
+// and fsyncs it (and, for a new file, its directory) before returning the
+// entry as written: Seq, Prev and Hash set, Time in UTC (now when zero).
+// Append reads only the log's tail: it checks the last line's own hash, not
+// the whole chain (VerifyAudit does that). A last line that fails its check
+// is INT_002 and nothing is written; a torn tail left by a crash is written
+// over. Write failures are IO_001. Append is not safe for concurrent use on
+// one file; the engine holds its writer lock.
+func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
+	last, off, torn, err := auditTail(fs, path)
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	e.Seq, e.Prev = last.Seq+1, last.Hash
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	e.Time = e.Time.UTC().Round(0)
+	line, err := encodeAuditLine(&e)
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	if len(line) >= maxAuditLine {
+		return AuditEntry{}, errs.New(errs.CodeInvalidInput, "audit: entry of %d bytes exceeds the %d-byte line limit", len(line), maxAuditLine)
+	}
+	if pad := int(torn) - len(line) - 1; pad > 0 {
+		line = append(line, bytes.Repeat([]byte{' '}, pad)...)
+	}
+	line = append(line, '\n')
+	f, err := fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return AuditEntry{}, errs.Wrap(errs.CodeWriteFailed, err, "audit: open %s", path)
+	}
+	if _, err := f.WriteAt(line, off); err != nil {
+		_ = f.Close()
+		return AuditEntry{}, errs.Wrap(errs.CodeWriteFailed, err, "audit: write %s", path)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return AuditEntry{}, errs.Wrap(errs.CodeWriteFailed, err, "audit: fsync %s", path)
+	}
+	if err := f.Close(); err != nil {
+		return AuditEntry{}, errs.Wrap(errs.CodeWriteFailed, err, "audit: close %s", path)
+	}
+	if off == 0 {
+		if err := syncDir(fs, fs.PathDir(path)); err != nil {
+			return AuditEntry{}, errs.Wrap(errs.CodeWriteFailed, err, "audit: fsync directory of %s", path)
+		}
+	}
+	return e, nil
+}
+
+// auditTail returns the last complete line's entry (zero for none), the
+// offset just after it and the length of the torn tail after that.
+func auditTail(fs vfs.FS, path string) (AuditEntry, int64, int64, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		if isNotExist(err) {
+			return AuditEntry{}, 0, 0, nil
+		}
+		return AuditEntry{}, 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: open %s", path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return AuditEntry{}, 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: stat %s", path)
+	}
+	size := st.Size()
+	// Read backwards until the window holds the last newline and the one
+	// before it (or the file's start).
+	for w := int64(4096); ; w *= 2 {
+		w = min(w, size)
+		buf := make([]byte, w)
+		if err := readAt(f, buf, size-w); err != nil {
+			return AuditEntry{}, 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: read %s", path)
+		}
+		end := bytes.LastIndexByte(buf, '\n')
+		if end < 0 && w == size {
+			return AuditEntry{}, 0, size, nil // nothing but a torn tail
+		}
+		if end >= 0 {
+			start := bytes.LastIndexByte(buf[:end], '\n') + 1
+			if start > 0 || w == size {
+				lineOff := size - w + int64(start)
+				e, err := decodeAuditLine(buf[start:end])
+				if err != nil {
+					return AuditEntry{}, 0, 0, errs.New(errs.CodeChainBroken, "audit %s: last line: %v", path, err).At("", 0, path, lineOff)
+				}
+				after := size - w + int64(end) + 1
+				return e, after, size - after, nil
+			}
+		}
+		if w >= 2*maxAuditLine+2 {
+			return AuditEntry{}, 0, 0, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
+		}
+	}
+}
+
+// ReadAudit reads the audit log at path, checking every line and the chain
+// as it goes, and yields the entries. The first failure — a malformed or
+// altered line, a seq out of order, a prev that does not link — is yielded
+// as an INT_002 *errs.Error whose Seq is the line number and Offset the
+// line's byte offset, and ends the sequence. A missing file is an empty log.
+// A torn tail after the last newline is skipped (VerifyAudit reports it).
+func ReadAudit(fs vfs.FS, path string) iter.Seq2[AuditEntry, error] {
+	return func(yield func(AuditEntry, error) bool) {
+		var stopped bool
+		_, err := scanAudit(fs, path, func(e AuditEntry) bool {
+			if !yield(e, nil) {
+				stopped = true
+			}
+			return !stopped
+		})
+		if err != nil && !stopped {
+			yield(AuditEntry{}, err)
+		}
+	}
+}
+
+// VerifyAudit checks the whole audit log and returns its head.
+func VerifyAudit(fs vfs.FS, path string) (AuditHead, error) {
+	return scanAudit(fs, path, func(AuditEntry) bool { return true })
+}
+
+func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, error) {
+	var head AuditHead
+	f, err := fs.Open(path)
+	if err != nil {
+		if isNotExist(err) {
+			return head, nil
+		}
+		return head, errs.Wrap(errs.CodeChainBroken, err, "audit: open %s", path).At("", 0, path, 0)
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, maxAuditLine+1)
+	var off int64
+	for n := uint64(1); ; n++ {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, io.EOF) {
+			head.Torn = int64(len(line))
+			return head, nil
+		}
+		fail := func(format string, args ...any) error {
+			return errs.New(errs.CodeChainBroken, "audit %s: line %d: %s", path, n, fmt.Sprintf(format, args...)).At("", n, path, off)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return head, fail("longer than %d bytes", maxAuditLine)
+		}
+		if err != nil {
+			return head, fail("read: %v", err)
+		}
+		e, err := decodeAuditLine(line[:len(line)-1])
+		if err != nil {
+			return head, fail("%v", err)
+		}
+		if e.Seq != n {
+			return head, fail("carries seq %d (a line is missing, inserted or moved)", e.Seq)
+		}
+		if e.Prev != head.Head {
+			return head, fail("prev %s does not link to line %d (%s)", e.Prev, n-1, head.Head)
+		}
+		head.Lines, head.Head = n, e.Hash
+		off += int64(len(line))
+		if !fn(e) {
+			return head, nil
+		}
+	}
+}
