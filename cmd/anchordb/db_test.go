@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/segment"
+)
+
+// TestLockHeld: while this process holds the database open, the CLI gets
+// STATE_001 naming the holder's pid, exit 2, for writes and reads alike.
+func TestLockHeld(t *testing.T) {
+	dir := t.TempDir()
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"put", "a", "k", "v"}, {"get", "k"}, {"stats"}} {
+		r := runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
+		wantCode(t, r, 2)
+		e := errObj(t, r, "STATE_001")
+		if e["reason"] != "scope_locked" || !strings.Contains(str(t, e, "message"), "pid "+strconv.Itoa(os.Getpid())) {
+			t.Fatalf("%v: %v", args, e)
+		}
+	}
+	r := runCLI(t, "--dir", dir, "put", "a", "k", "v")
+	wantCode(t, r, 2)
+	if !strings.Contains(r.stderr, "STATE_001 scope_locked") {
+		t.Fatalf("human: %v", r)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkReceipt(t, mustRun(t, "--dir", dir, "--json", "put", "a", "k", "v").stdout, "a", 1)
+}
+
+// TestRecordsMatchEngine reads what the CLI wrote through the engine: hashes,
+// genesis prev_hash, times and content agree with the JSON.
+func TestRecordsMatchEngine(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, "--dir", dir, "put", "dev-1", "color", "blue")
+	mustRun(t, "--dir", dir, "put", "--idempotency-key", "op", "--no-sync", "dev-1", "color", "gr\u00fcn")
+	out := lines(t, mustRun(t, "--dir", dir, "--json", "log", "dev-1").stdout)
+
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	i := 0
+	for rec, err := range db.Log(context.Background(), "dev-1", 1, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := out[i]
+		if j["hash"] != rec.Hash.String() || j["prev_hash"] != rec.PrevHash.String() || j["time"] != formatTime(rec.Time) ||
+			j["value"] != string(rec.Value) || num(t, j, "counter") != int64(rec.Counter) {
+			t.Fatalf("record %d: JSON %v, engine %+v", i, j, rec)
+		}
+		if rec.ComputeHash() != rec.Hash {
+			t.Fatalf("record %d does not recompute", i)
+		}
+		i++
+	}
+	if out[0]["prev_hash"] != segment.GenesisHash("dev-1").String() {
+		t.Fatalf("prev_hash of seq 1 is not the genesis hash")
+	}
+	if out[1]["idempotency_key"] != "op" || out[1]["value"] != "grün" {
+		t.Fatalf("record 2: %v", out[1])
+	}
+}
+
+func TestFormatTime(t *testing.T) {
+	for ns, want := range map[int64]string{
+		0:                   "1970-01-01T00:00:00.000000000Z",
+		1:                   "1970-01-01T00:00:00.000000001Z",
+		1769860800000000001: "2026-01-31T12:00:00.000000001Z",
+		1769860800500000000: "2026-01-31T12:00:00.500000000Z",
+	} {
+		if got := formatTime(ns); got != want {
+			t.Errorf("formatTime(%d) = %s, want %s", ns, got, want)
+		}
+	}
+}
+
+func TestByteStringJSON(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":        `"plain"`,
+		"":             `""`,
+		"<&>":          `"<&>"`,
+		"tab\there":    `"tab\there"`,
+		"nul\x00":      `"nul\u0000"`,
+		"\xff":         `{"b64":"/w=="}`,
+		"ok\xc3":       `{"b64":"b2vD"}`,
+		"ünïcode ☃":    `"ünïcode ☃"`,
+		"\xed\xa0\x80": `{"b64":"7aCA"}`, // a surrogate is not valid UTF-8
+	} {
+		got, err := marshal(byteString(in))
+		if err != nil || string(got) != want {
+			t.Errorf("byteString(%q) = %s %v, want %s", in, got, err, want)
+		}
+	}
+}
+
+func TestDemo(t *testing.T) {
+	r := mustRun(t, "--json", "demo", "--writers", "4", "--anchors", "6", "--records", "60")
+	m := obj(t, r.stdout)
+	if m["ok"] != true || num(t, m, "records") != 240 || num(t, m, "anchors") != 6 || m["kept"] != false {
+		t.Fatalf("demo: %v", m)
+	}
+	if _, err := os.Stat(str(t, m, "dir")); !os.IsNotExist(err) {
+		t.Fatalf("demo left its temporary directory %s", m["dir"])
+	}
+	checks := m["checks"].([]any)
+	if len(checks) < 8 {
+		t.Fatalf("checks: %v", checks)
+	}
+	for _, c := range checks {
+		if c.(map[string]any)["ok"] != true {
+			t.Fatalf("check failed: %v", c)
+		}
+	}
+
+	// Human report, in an explicit directory that is kept.
+	dir := t.TempDir()
+	r = mustRun(t, "demo", "--dir", dir, "--writers", "2", "--anchors", "3", "--records", "20")
+	if !strings.Contains(r.stdout, "result    ok") || !strings.Contains(r.stdout, "records/s") {
+		t.Fatalf("demo report: %v", r)
+	}
+	st := obj(t, mustRun(t, "--dir", dir, "--json", "stats").stdout)
+	if num(t, st, "records") != 40 {
+		t.Fatalf("stats of the kept demo database: %v", st)
+	}
+	// The directory now holds a database: a second demo there is refused.
+	r = runCLI(t, "--json", "demo", "--dir", dir, "--records", "1")
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+
+	r = mustRun(t, "--quiet", "demo", "--writers", "1", "--anchors", "1", "--records", "5")
+	if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(r.stdout, "demo ok") {
+		t.Fatalf("quiet demo: %q", r.stdout)
+	}
+}

@@ -1,0 +1,472 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/merge"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/spf13/pflag"
+)
+
+var demoCmd = &command{
+	name:    "demo",
+	summary: "run the main job on a fresh database: concurrent writers, read-back checks, reopen; print a report",
+	detail: `Creates a fresh database (in a temporary directory unless --dir is given; an explicit
+--dir must be empty or absent), starts --writers goroutines that each append --records
+records (puts, deletes, events, some with idempotency keys that are retried) to anchors
+chosen at random among --anchors, all with sync durability, then checks:
+
+  receipts      every acknowledged receipt is in its anchor's log with the same content
+  chains        seqs are dense, prev_hash links from the genesis hash, hashes recompute,
+                counters increase, heads match
+  merged reads  counters are unique (the Lamport clock), and Get and Scan of every key
+                agree with the last write in merged order (counter, anchor id bytes)
+  reopen        the database closes cleanly and reopens without recovery
+
+and checks the same again after the reopen. Prints a short report (with --json one
+object: {"ok",…,"records_per_sec",…,"checks":[{"name","ok","detail"}]}). Exit 1 if a
+check fails.`,
+	minArgs: 0, maxArgs: 0,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var cfg demoConfig
+		fs.IntVar(&cfg.writers, "writers", 8, "concurrent writers")
+		fs.IntVar(&cfg.anchors, "anchors", 64, "anchors the writers append to")
+		fs.IntVar(&cfg.records, "records", 500, "records each writer appends")
+		fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary database directory")
+		return func(e *env, _ []string) error { return runDemo(e, cfg) }
+	},
+}
+
+type demoConfig struct {
+	writers, anchors, records int
+	keep                      bool
+}
+
+// demoKeys is the size of the key space the writers share, so that keys are
+// overwritten across anchors and the merged order decides reads.
+const demoKeys = 128
+
+type demoReport struct {
+	OK               bool        `json:"ok"`
+	Dir              string      `json:"dir"`
+	Kept             bool        `json:"kept"`
+	Durability       string      `json:"durability"`
+	Writers          int         `json:"writers"`
+	AnchorsRequested int         `json:"anchors_requested"`
+	RecordsPerWriter int         `json:"records_per_writer"`
+	Anchors          uint64      `json:"anchors"`
+	Records          uint64      `json:"records"`
+	Retries          int         `json:"idempotent_retries"`
+	WriteSeconds     float64     `json:"write_seconds"`
+	RecordsPerSec    float64     `json:"records_per_sec"`
+	Segments         uint64      `json:"segments"`
+	SegmentBytes     int64       `json:"segment_bytes"`
+	IndexBytes       uint64      `json:"index_bytes"`
+	Checks           []demoCheck `json:"checks"`
+}
+
+type demoCheck struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// demoWrite is one acknowledged append of the write phase.
+type demoWrite struct {
+	entry   engine.Entry
+	receipt engine.Receipt
+}
+
+type demo struct {
+	e      *env
+	cfg    demoConfig
+	dir    string
+	db     *engine.DB
+	writes []demoWrite
+	report demoReport
+}
+
+func runDemo(e *env, cfg demoConfig) error {
+	switch {
+	case cfg.writers < 1 || cfg.writers > 10_000:
+		return usagef("demo", "--writers must be 1..10000")
+	case cfg.anchors < 1 || cfg.anchors > 1_000_000:
+		return usagef("demo", "--anchors must be 1..1000000")
+	case cfg.records < 1 || cfg.records > 10_000_000:
+		return usagef("demo", "--records must be 1..10000000")
+	case int64(cfg.writers)*int64(cfg.records) > 50_000_000:
+		return usagef("demo", "--writers × --records must be at most 50,000,000")
+	}
+	d := &demo{e: e, cfg: cfg}
+	temp := !e.g.dirSet
+	if temp {
+		dir, err := os.MkdirTemp("", "anchordb-demo-")
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "create a temporary directory")
+		}
+		d.dir = dir
+		if !cfg.keep {
+			defer os.RemoveAll(dir)
+		}
+	} else {
+		d.dir = e.g.dir
+		if names, err := os.ReadDir(d.dir); err == nil && len(names) > 0 {
+			return errs.New(errs.CodeInvalidInput, "demo needs a fresh database: %s is not empty", d.dir)
+		}
+	}
+	defer func() {
+		if d.db != nil {
+			_ = d.db.Close()
+		}
+	}()
+	d.report = demoReport{Dir: d.dir, Kept: !temp || cfg.keep, Writers: cfg.writers,
+		AnchorsRequested: cfg.anchors, RecordsPerWriter: cfg.records}
+
+	if err := d.open(); err != nil {
+		return err
+	}
+	d.report.Durability = d.db.Options().DurabilityMode()
+	if err := d.write(); err != nil {
+		return err
+	}
+	st, err := d.db.Stats(e.ctx)
+	if err != nil {
+		return err
+	}
+	d.report.Anchors, d.report.Records = st.Anchors, st.Records
+	d.report.Segments, d.report.SegmentBytes, d.report.IndexBytes = st.SegmentFiles, st.SegmentBytes, st.IndexBytes
+
+	if err := d.checkAll(""); err != nil {
+		return err
+	}
+	closeErr := d.db.Close()
+	d.db = nil
+	d.add("close", closeErr == nil, errDetail(closeErr, "closed cleanly"))
+	if closeErr == nil {
+		if err := d.open(); err != nil {
+			return err
+		}
+		rep := d.db.RecoveryReport()
+		d.add("reopen", rep.Clean && len(rep.Events) == 0,
+			fmt.Sprintf("clean=%v, %d recovery events", rep.Clean, len(rep.Events)))
+		if err := d.checkAll(" after reopen"); err != nil {
+			return err
+		}
+	}
+
+	d.report.OK = true
+	for _, c := range d.report.Checks {
+		d.report.OK = d.report.OK && c.OK
+	}
+	d.print()
+	if !d.report.OK {
+		return exitStatus(exitFinding)
+	}
+	return nil
+}
+
+func (d *demo) open() error {
+	db, err := engine.Open(d.dir, engine.Options{Logger: stderrLogger{w: d.e.stderr, quiet: d.e.g.quiet}})
+	if err != nil {
+		return err
+	}
+	d.db = db
+	return nil
+}
+
+func (d *demo) add(name string, ok bool, detail string) {
+	d.report.Checks = append(d.report.Checks, demoCheck{Name: name, OK: ok, Detail: detail})
+}
+
+func errDetail(err error, okDetail string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return okDetail
+}
+
+func demoAnchor(i int) string { return fmt.Sprintf("demo/device-%04d", i) }
+
+// write runs the write phase: cfg.writers goroutines appending through the
+// engine with its default (sync) durability.
+func (d *demo) write() error {
+	cfg := d.cfg
+	perWriter := make([][]demoWrite, cfg.writers)
+	errc := make(chan error, cfg.writers)
+	var done, retries atomic.Int64
+	var wg sync.WaitGroup
+
+	stopProgress, progressDone := make(chan struct{}), make(chan struct{})
+	prog := d.e.newProgress()
+	total := int64(cfg.writers) * int64(cfg.records)
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				prog.update("demo: %d/%d records written", done.Load(), total)
+			}
+		}
+	}()
+
+	start := time.Now()
+	for w := range cfg.writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w)+1, 0x616e63686f726462))
+			out := make([]demoWrite, 0, cfg.records)
+			for i := range cfg.records {
+				ent := demoEntry(rng, cfg, w, i)
+				r, err := d.db.Append(d.e.ctx, ent)
+				if err != nil {
+					errc <- fmt.Errorf("writer %d, record %d: %w", w, i, err)
+					return
+				}
+				out = append(out, demoWrite{entry: ent, receipt: r})
+				if len(ent.IdempotencyKey) > 0 {
+					// A retry of the same request returns the original receipt.
+					again, err := d.db.Append(d.e.ctx, ent)
+					if err != nil {
+						errc <- fmt.Errorf("writer %d, retry of record %d: %w", w, i, err)
+						return
+					}
+					retries.Add(1)
+					if !again.Duplicate || again.Seq != r.Seq || again.Hash != r.Hash || again.Counter != r.Counter {
+						errc <- errs.New(errs.CodeConflict, "writer %d: the retry of %s #%d returned %+v", w, r.Anchor, r.Seq, again)
+						return
+					}
+				}
+				done.Add(1)
+			}
+			perWriter[w] = out
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(stopProgress)
+	<-progressDone
+	prog.done()
+	close(errc)
+	if err := <-errc; err != nil {
+		return err
+	}
+	for _, ws := range perWriter {
+		d.writes = append(d.writes, ws...)
+	}
+	d.report.Retries = int(retries.Load())
+	d.report.WriteSeconds = elapsed.Seconds()
+	if elapsed > 0 {
+		d.report.RecordsPerSec = float64(len(d.writes)) / elapsed.Seconds()
+	}
+	return nil
+}
+
+// demoEntry is record i of writer w: mostly puts over a shared key space, some
+// deletes, some events without a key; every 25th carries an idempotency key.
+func demoEntry(rng *rand.Rand, cfg demoConfig, w, i int) engine.Entry {
+	ent := engine.Entry{Anchor: demoAnchor(rng.IntN(cfg.anchors))}
+	key := []byte(fmt.Sprintf("key-%03d", rng.IntN(demoKeys)))
+	switch r := rng.IntN(100); {
+	case r < 5:
+		ent.Type, ent.Key = segment.TypePut, key
+		ent.Value = []byte{0xff, 0x00, byte(w), byte(i), byte(i >> 8)} // not UTF-8
+	case r < 65:
+		ent.Type, ent.Key = segment.TypePut, key
+		ent.Value = []byte(fmt.Sprintf("writer %d record %d", w, i))
+	case r < 80:
+		ent.Type, ent.Key = segment.TypeDelete, key
+	default:
+		ent.Type = "TELEMETRY_UPDATE"
+		ent.Value = []byte(fmt.Sprintf(`{"writer":%d,"record":%d,"cpu":%d.%d}`, w, i, rng.IntN(100), rng.IntN(10)))
+	}
+	if i%25 == 0 {
+		ent.IdempotencyKey = []byte(fmt.Sprintf("writer-%d/op-%d", w, i))
+	}
+	return ent
+}
+
+// checkAll reads everything back and adds the receipts, chains and merged
+// reads checks. It returns an error only when reading fails outright.
+func (d *demo) checkAll(suffix string) error {
+	ctx := d.e.ctx
+	logs := make(map[string][]segment.Record)
+	var all []segment.Record
+	var chainProblems []string
+	heads := 0
+	for info, err := range d.db.Anchors(ctx) {
+		if err != nil {
+			return err
+		}
+		heads++
+		var recs []segment.Record
+		prev := segment.GenesisHash(info.ID)
+		var lastCounter uint64
+		for rec, err := range d.db.Log(ctx, info.ID, 1, 0) {
+			if err != nil {
+				chainProblems = append(chainProblems, err.Error())
+				break
+			}
+			want := uint64(len(recs) + 1)
+			switch {
+			case rec.Seq != want:
+				chainProblems = append(chainProblems, fmt.Sprintf("%s: seq %d where %d was due", info.ID, rec.Seq, want))
+			case rec.PrevHash != prev:
+				chainProblems = append(chainProblems, fmt.Sprintf("%s #%d: prev_hash does not link", info.ID, rec.Seq))
+			case rec.ComputeHash() != rec.Hash:
+				chainProblems = append(chainProblems, fmt.Sprintf("%s #%d: hash does not recompute", info.ID, rec.Seq))
+			case rec.Counter <= lastCounter:
+				chainProblems = append(chainProblems, fmt.Sprintf("%s #%d: counter %d not above %d", info.ID, rec.Seq, rec.Counter, lastCounter))
+			}
+			prev, lastCounter = rec.Hash, rec.Counter
+			recs = append(recs, rec)
+		}
+		if uint64(len(recs)) != info.Records || (len(recs) > 0 && recs[len(recs)-1].Hash != info.HeadHash) {
+			chainProblems = append(chainProblems, fmt.Sprintf("%s: head is #%d %s, the log has %d records", info.ID, info.Records, info.HeadHash, len(recs)))
+		}
+		logs[info.ID] = recs
+		all = append(all, recs...)
+	}
+	appended := 0
+	for _, w := range d.writes {
+		if !w.receipt.Duplicate {
+			appended++
+		}
+	}
+	if len(all) != appended {
+		chainProblems = append(chainProblems, fmt.Sprintf("the logs hold %d records, %d were acknowledged", len(all), appended))
+	}
+	d.add("chains"+suffix, len(chainProblems) == 0, problems(chainProblems,
+		fmt.Sprintf("%d anchors, %d records: seqs dense, prev_hash links, hashes recompute, counters increase", heads, len(all))))
+
+	var receiptProblems []string
+	for _, w := range d.writes {
+		r := w.receipt
+		recs := logs[r.Anchor]
+		if r.Seq == 0 || r.Seq > uint64(len(recs)) {
+			receiptProblems = append(receiptProblems, fmt.Sprintf("%s #%d: acknowledged but not in the log", r.Anchor, r.Seq))
+			continue
+		}
+		rec := recs[r.Seq-1]
+		ent := w.entry
+		if rec.Hash != r.Hash || rec.Counter != r.Counter || rec.Type != ent.Type || !bytes.Equal(rec.Key, ent.Key) ||
+			!bytes.Equal(rec.Value, ent.Value) || !bytes.Equal(rec.IdempotencyKey, ent.IdempotencyKey) {
+			receiptProblems = append(receiptProblems, fmt.Sprintf("%s #%d: the record differs from what was acknowledged", r.Anchor, r.Seq))
+		}
+	}
+	d.add("receipts"+suffix, len(receiptProblems) == 0, problems(receiptProblems,
+		fmt.Sprintf("%d receipts match their records", len(d.writes))))
+
+	var readProblems []string
+	slices.SortFunc(all, merge.Compare)
+	for i := 1; i < len(all); i++ {
+		if all[i].Counter == all[i-1].Counter {
+			readProblems = append(readProblems, fmt.Sprintf("counter %d is shared by %s #%d and %s #%d", all[i].Counter, all[i-1].Anchor, all[i-1].Seq, all[i].Anchor, all[i].Seq))
+		}
+	}
+	last := make(map[string]segment.Record)
+	for _, rec := range all {
+		if rec.IsKV() {
+			last[string(rec.Key)] = rec
+		}
+	}
+	live := 0
+	for key, want := range last {
+		v, err := d.db.Get(ctx, []byte(key))
+		switch {
+		case want.Type == segment.TypeDelete:
+			if !errors.Is(err, engine.ErrNotFound) {
+				readProblems = append(readProblems, fmt.Sprintf("get %q: want not found (deleted by %s #%d), got %v", key, want.Anchor, want.Seq, err))
+			}
+		case err != nil:
+			readProblems = append(readProblems, fmt.Sprintf("get %q: %v", key, err))
+		default:
+			live++
+			if v.Anchor != want.Anchor || v.Seq != want.Seq || !bytes.Equal(v.Value, want.Value) {
+				readProblems = append(readProblems, fmt.Sprintf("get %q: got %s #%d, the merged order ends with %s #%d", key, v.Anchor, v.Seq, want.Anchor, want.Seq))
+			}
+		}
+	}
+	scanned := 0
+	for v, err := range d.db.Scan(ctx, nil) {
+		if err != nil {
+			return err
+		}
+		scanned++
+		want, ok := last[string(v.Key)]
+		if !ok || want.Type != segment.TypePut || v.Anchor != want.Anchor || v.Seq != want.Seq {
+			readProblems = append(readProblems, fmt.Sprintf("scan: key %q at %s #%d is not the merged order's last put", v.Key, v.Anchor, v.Seq))
+		}
+	}
+	if scanned != live {
+		readProblems = append(readProblems, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
+	}
+	d.add("merged reads"+suffix, len(readProblems) == 0, problems(readProblems,
+		fmt.Sprintf("%d keys (%d live): get and scan follow the merged order; counters unique", len(last), live)))
+	return nil
+}
+
+// problems is the detail of a check: the first few problems, or okDetail.
+func problems(ps []string, okDetail string) string {
+	switch {
+	case len(ps) == 0:
+		return okDetail
+	case len(ps) <= 3:
+		return fmt.Sprint(ps)
+	default:
+		return fmt.Sprintf("%v and %d more", ps[:3], len(ps)-3)
+	}
+}
+
+func (d *demo) print() {
+	r := d.report
+	e := d.e
+	if e.g.json {
+		e.out.json(r)
+		return
+	}
+	result := "ok"
+	if !r.OK {
+		result = "FAILED"
+	}
+	if e.g.quiet {
+		e.out.linef("demo %s: %d records on %d anchors, %.0f records/s", result, r.Records, r.Anchors, r.RecordsPerSec)
+		return
+	}
+	where := r.Dir + " (removed; --keep keeps it)"
+	if r.Kept {
+		where = r.Dir + " (kept)"
+	}
+	e.out.linef("anchordb demo: %d writers × %d records on %d anchors, %s durability", r.Writers, r.RecordsPerWriter, r.AnchorsRequested, r.Durability)
+	e.out.linef("  database  %s", where)
+	e.out.linef("  write     %d records in %.3fs: %.0f records/s (%d idempotent retries answered from the index)",
+		len(d.writes), r.WriteSeconds, r.RecordsPerSec, r.Retries)
+	e.out.linef("  stored    %d anchors, %d records, %d segment files, %s (index %s)",
+		r.Anchors, r.Records, r.Segments, humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
+	for i, c := range r.Checks {
+		label := "          "
+		if i == 0 {
+			label = "  checks  "
+		}
+		status := "ok  "
+		if !c.OK {
+			status = "FAIL"
+		}
+		e.out.linef("%s%s  %-26s %s", label, status, c.Name, c.Detail)
+	}
+	e.out.linef("  result    %s", result)
+}

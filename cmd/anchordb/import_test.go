@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func writeLines(t *testing.T, lines ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestImportNativeLines(t *testing.T) {
+	dir := t.TempDir()
+	in := writeLines(t,
+		`{"anchor":"imp","type":"put","key":"a","value":"1"}`,
+		`{"anchor":"imp","key":"b","value":{"b64":"AAE="},"idempotency_key":"op-b"}`,
+		``,
+		`   `,
+		`{"anchor":"imp","key":{"b64":"/w=="},"value":"binary key","counter":40,"time":"2026-01-31T12:00:00.000000001Z"}`,
+		`{"anchor":"imp","type":"delete","key":"a","idempotency_key":{"b64":"aWQtMQ=="}}`,
+		`{"anchor":"imp2","type":"METER","value":"e","key":null,"counter":null}`,
+	)
+	r := mustRun(t, "--dir", dir, "--json", "import", in)
+	m := obj(t, r.stdout)
+	if num(t, m, "imported") != 5 || num(t, m, "duplicates") != 0 || num(t, m, "lines") != 5 {
+		t.Fatalf("summary %v", m)
+	}
+	l := lines(t, mustRun(t, "--dir", dir, "--json", "log", "imp").stdout)
+	if len(l) != 4 {
+		t.Fatalf("log imp: %v", l)
+	}
+	if l[0]["type"] != "put" || l[0]["key"] != "a" || l[0]["value"] != "1" {
+		t.Fatalf("line 1: %v", l[0])
+	}
+	// AAE= is "\x00\x01": valid UTF-8, so it prints as a string.
+	if l[1]["value"] != "\x00\x01" || l[1]["idempotency_key"] != "op-b" {
+		t.Fatalf("line 2: %v", l[1])
+	}
+	if k, _ := l[2]["key"].(map[string]any); k["b64"] != "/w==" || num(t, l[2], "counter") != 40 || l[2]["time"] != "2026-01-31T12:00:00.000000001Z" {
+		t.Fatalf("line 5: %v", l[2])
+	}
+	if l[3]["type"] != "delete" || l[3]["value"] != nil || l[3]["idempotency_key"] != "id-1" || num(t, l[3], "counter") != 41 {
+		t.Fatalf("line 6: %v", l[3])
+	}
+	if e := obj(t, mustRun(t, "--dir", dir, "--json", "log", "imp2").stdout); e["type"] != "METER" || e["key"] != nil {
+		t.Fatalf("imp2: %v", e)
+	}
+
+	// Only the lines with idempotency keys can be retried: import just those again.
+	again := writeLines(t,
+		`{"anchor":"imp","key":"b","value":{"b64":"AAE="},"idempotency_key":"op-b"}`,
+		`{"anchor":"imp","type":"delete","key":"a","idempotency_key":"id-1"}`,
+	)
+	r = mustRun(t, "--dir", dir, "--json", "import", again)
+	if m := obj(t, r.stdout); num(t, m, "imported") != 0 || num(t, m, "duplicates") != 2 {
+		t.Fatalf("re-import: %v", m)
+	}
+	// Human summary, and stdin.
+	r = cli(t, []byte(`{"anchor":"imp3","key":"x","value":"y"}`), []string{"--dir", dir, "import", "-"})
+	wantCode(t, r, 0)
+	if !strings.Contains(r.stdout, "imported 1 record") {
+		t.Fatalf("human summary: %v", r)
+	}
+}
+
+func TestImportEventLines(t *testing.T) {
+	dir := t.TempDir()
+	in := writeLines(t,
+		`{"anchor_id":"anchor_device_001","local_counter":5,"event_type":"TELEMETRY_UPDATE","timestamp":"2026-01-31T12:00:00.000Z","payload":{"cpu": 75.5, "tags":["a", "b"]},"signature":"ignored"}`,
+		`{"anchor_id":"anchor_device_001","local_counter":9,"event_type":"NOTE","payload":"plain text"}`,
+		`{"anchor_id":"anchor_device_001","local_counter":12,"event_type":"COUNT","payload":42,"key":"k","idempotency_key":"ev-12"}`,
+		`{"anchor_id":"anchor_device_002","event_type":"BOOT"}`,
+	)
+	r := mustRun(t, "--dir", dir, "--json", "import", in)
+	if m := obj(t, r.stdout); num(t, m, "imported") != 4 {
+		t.Fatalf("summary %v", m)
+	}
+	l := lines(t, mustRun(t, "--dir", dir, "--json", "log", "anchor_device_001").stdout)
+	if len(l) != 3 {
+		t.Fatalf("log: %v", l)
+	}
+	want := []struct {
+		counter   int64
+		typ, val  string
+		time, key any
+	}{
+		{5, "TELEMETRY_UPDATE", `{"cpu":75.5,"tags":["a","b"]}`, "2026-01-31T12:00:00.000000000Z", nil},
+		{9, "NOTE", "plain text", nil, nil},
+		{12, "COUNT", "42", nil, "k"},
+	}
+	for i, w := range want {
+		got := l[i]
+		if num(t, got, "counter") != w.counter || got["type"] != w.typ || got["value"] != w.val || got["key"] != w.key {
+			t.Errorf("event %d: %v, want %+v", i, got, w)
+		}
+		if w.time != nil && got["time"] != w.time {
+			t.Errorf("event %d time %v, want %v", i, got["time"], w.time)
+		}
+	}
+	if l[2]["idempotency_key"] != "ev-12" {
+		t.Errorf("idempotency key: %v", l[2])
+	}
+	// Without local_counter the clock assigns one above everything seen.
+	b := obj(t, mustRun(t, "--dir", dir, "--json", "log", "anchor_device_002").stdout)
+	if num(t, b, "counter") != 13 {
+		t.Errorf("assigned counter %v, want 13", b["counter"])
+	}
+	// A local write afterwards sorts after the imported events.
+	p := obj(t, mustRun(t, "--dir", dir, "--json", "put", "anchor_device_001", "k2", "v").stdout)
+	if num(t, p, "counter") != 14 {
+		t.Errorf("local counter after import: %v", p)
+	}
+}
+
+func TestImportErrors(t *testing.T) {
+	good := `{"anchor":"e","key":"k","value":"v"}`
+	cases := []struct {
+		name     string
+		lines    []string
+		code     string
+		exit     int
+		line     int
+		imported int
+	}{
+		{"malformed json", []string{good, good, `{"anchor":"e",`}, "INPUT_001", 2, 3, 2},
+		{"not an object", []string{`[1,2]`}, "INPUT_001", 2, 1, 0},
+		{"null", []string{good, `null`}, "INPUT_001", 2, 2, 1},
+		{"trailing data", []string{good + ` {}`}, "INPUT_001", 2, 1, 0},
+		{"unknown field", []string{good, `{"anchor":"e","key":"k","vaule":"v"}`}, "INPUT_001", 2, 2, 1},
+		{"missing anchor", []string{`{"key":"k","value":"v"}`}, "INPUT_001", 2, 1, 0},
+		{"empty anchor", []string{`{"anchor":"","key":"k"}`}, "INPUT_001", 2, 1, 0},
+		{"anchor too long", []string{`{"anchor":"` + strings.Repeat("x", 256) + `","key":"k"}`}, "INPUT_001", 2, 1, 0},
+		{"anchor not a string", []string{`{"anchor":7,"key":"k"}`}, "INPUT_001", 2, 1, 0},
+		{"put without key", []string{`{"anchor":"e","value":"v"}`}, "INPUT_001", 2, 1, 0},
+		{"bad base64", []string{`{"anchor":"e","key":"k","value":{"b64":"!!"}}`}, "INPUT_001", 2, 1, 0},
+		{"b64 with extra field", []string{`{"anchor":"e","key":"k","value":{"b64":"AA==","x":1}}`}, "INPUT_001", 2, 1, 0},
+		{"value a number", []string{`{"anchor":"e","key":"k","value":1}`}, "INPUT_001", 2, 1, 0},
+		{"counter zero", []string{`{"anchor":"e","key":"k","counter":0}`}, "INPUT_001", 2, 1, 0},
+		{"counter fraction", []string{`{"anchor":"e","key":"k","counter":1.5}`}, "INPUT_001", 2, 1, 0},
+		{"counter negative", []string{`{"anchor":"e","key":"k","counter":-3}`}, "INPUT_001", 2, 1, 0},
+		{"counter too big", []string{`{"anchor":"e","key":"k","counter":9223372036854775808}`}, "INPUT_001", 2, 1, 0},
+		{"bad time", []string{`{"anchor":"e","key":"k","time":"yesterday"}`}, "INPUT_001", 2, 1, 0},
+		{"delete with value", []string{`{"anchor":"e","type":"delete","key":"k","value":"v"}`}, "INPUT_001", 2, 1, 0},
+		{"mixed forms", []string{`{"anchor_id":"e","anchor":"e","event_type":"X"}`}, "INPUT_001", 2, 1, 0},
+		{"event without type", []string{`{"anchor_id":"e","payload":1}`}, "INPUT_001", 2, 1, 0},
+		{"event bad timestamp", []string{`{"anchor_id":"e","event_type":"X","timestamp":"12:00"}`}, "INPUT_001", 2, 1, 0},
+		{"idempotency key too long", []string{`{"anchor":"e","key":"k","idempotency_key":"` + strings.Repeat("i", 257) + `"}`}, "INPUT_001", 2, 1, 0},
+		{"counter conflict", []string{`{"anchor":"e","key":"k","counter":10}`, good, `{"anchor":"e","key":"k","counter":10}`, good}, "STATE_002", 1, 3, 2},
+		{"event counter conflict", []string{`{"anchor_id":"e","local_counter":5,"event_type":"X"}`, `{"anchor_id":"e","local_counter":5,"event_type":"X"}`}, "STATE_002", 1, 2, 1},
+		{"idempotency conflict", []string{`{"anchor":"e","key":"k","value":"1","idempotency_key":"i"}`, `{"anchor":"e","key":"k","value":"2","idempotency_key":"i"}`}, "STATE_002", 1, 2, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := runCLI(t, "--dir", dir, "--json", "import", writeLines(t, c.lines...))
+			wantCode(t, r, c.exit)
+			e := errObj(t, r, c.code)
+			if num(t, e, "line") != int64(c.line) || num(t, e, "imported") != int64(c.imported) {
+				t.Fatalf("line/imported: %v", e)
+			}
+			if msg := str(t, e, "message"); !strings.HasPrefix(msg, "line "+strconv.Itoa(c.line)+": ") {
+				t.Fatalf("message does not name the line: %q", msg)
+			}
+			// Exactly the lines before the failing one were imported.
+			if c.imported > 0 {
+				anchor := "e"
+				l := lines(t, mustRun(t, "--dir", dir, "--json", "log", anchor).stdout)
+				if len(l) != c.imported {
+					t.Fatalf("%d records in the log, want %d", len(l), c.imported)
+				}
+			}
+			// Without --json: one line on stderr naming the line.
+			r = runCLI(t, "--dir", t.TempDir(), "import", writeLines(t, c.lines...))
+			wantCode(t, r, c.exit)
+			if !strings.Contains(r.stderr, c.code) || !strings.Contains(r.stderr, fmt.Sprintf("line %d: ", c.line)) {
+				t.Fatalf("human error: %v", r)
+			}
+		})
+	}
+
+	r := runCLI(t, "--dir", t.TempDir(), "--json", "import", filepath.Join(t.TempDir(), "absent.jsonl"))
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+}
+
+// TestImportConflictInsideBatch puts the failing line deep inside a batch: the
+// lines before it in the same batch are imported, and the error names it.
+func TestImportConflictInsideBatch(t *testing.T) {
+	dir := t.TempDir()
+	var in []string
+	for i := 1; i <= 2500; i++ {
+		in = append(in, fmt.Sprintf(`{"anchor":"q","key":"k%d","value":"%d"}`, i, i))
+	}
+	in = append(in, `{"anchor":"q","key":"x","counter":1}`, `{"anchor":"q","key":"y"}`)
+	r := runCLI(t, "--dir", dir, "--json", "import", "--batch", "1000", "--no-sync", writeLines(t, in...))
+	wantCode(t, r, 1)
+	e := errObj(t, r, "STATE_002")
+	if num(t, e, "line") != 2501 || num(t, e, "imported") != 2500 {
+		t.Fatalf("error %v", e)
+	}
+	st := obj(t, mustRun(t, "--dir", dir, "--json", "stats").stdout)
+	if num(t, st, "records") != 2500 {
+		t.Fatalf("stats after a failed import: %v", st)
+	}
+}

@@ -1,0 +1,490 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/spf13/pflag"
+)
+
+var importCmd = &command{
+	name:    "import",
+	args:    "FILE",
+	summary: "bulk-append JSON lines from FILE ('-' for stdin)",
+	detail: `Each non-blank line is one record, in either of two forms:
+
+  {"anchor":"a","type":"put","key":"k","value":"v","idempotency_key":"op-1","counter":42,"time":"…"}
+      type defaults to "put"; key, value and idempotency_key are a JSON string or
+      {"b64":"<standard base64>"}; counter (1..2^63-1) and time (RFC 3339) are optional:
+      without them the database clock assigns the counter and the time is now.
+      Unknown fields are refused.
+  {"anchor_id":"a","local_counter":5,"event_type":"T","payload":…,"timestamp":"…"}
+      an anchor-local event line: local_counter becomes the counter, event_type the
+      type, the payload the value (a JSON string as its bytes, anything else as its
+      compact JSON encoding), timestamp (RFC 3339, optional) the record time. Optional
+      key and idempotency_key as above; other fields are ignored.
+
+Lines are appended in atomic batches of --batch lines as they are read. On an error the
+import stops: every line before the failing one has been imported and nothing from it on,
+and the error names the line and how many records were imported before it. A malformed
+line is INPUT_001 (exit 2); a counter not above its anchor's last, or an idempotency key
+reused for another request, is STATE_002 (exit 1). Lines with idempotency keys make a
+re-run safe: they come back as duplicates.
+
+Prints a summary: {"imported":N,"duplicates":M,"lines":L} — records appended, lines whose
+idempotency key had been used for the same request (nothing appended), non-blank lines.`,
+	minArgs: 1, maxArgs: 1,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var batch int
+		var noSync bool
+		fs.IntVar(&batch, "batch", 1000, "lines per atomic batch append")
+		fs.BoolVar(&noSync, "no-sync", false, "return from each batch once it reaches the OS, without waiting for the fsync")
+		return func(e *env, args []string) error {
+			if batch < 1 || batch > 1<<20 {
+				return usagef("import", "--batch must be 1..%d", 1<<20)
+			}
+			var in io.Reader = e.stdin
+			if args[0] != "-" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return errs.Wrap(errs.CodeInvalidInput, err, "open import file")
+				}
+				defer f.Close()
+				in = f
+			}
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: batch, prog: e.newProgress()}
+			if noSync {
+				im.opts = []engine.WriteOption{engine.WithNoSync(true)}
+			}
+			err = im.run(in)
+			im.prog.done()
+			if err != nil {
+				return err
+			}
+			if e.g.json {
+				e.out.json(importSummary{Imported: im.imported, Duplicates: im.duplicates, Lines: im.lines})
+			} else if !e.g.quiet {
+				e.out.linef("imported %d records, %d duplicates, from %d lines", im.imported, im.duplicates, im.lines)
+			}
+			return nil
+		}
+	},
+}
+
+type importSummary struct {
+	Imported   int `json:"imported"`
+	Duplicates int `json:"duplicates"`
+	Lines      int `json:"lines"`
+}
+
+// importError stops an import at a line. imported and duplicates count what
+// the lines before it did.
+type importError struct {
+	line                 int // 0: not a particular line
+	imported, duplicates int
+	err                  error
+}
+
+func (e *importError) Error() string {
+	where := fmt.Sprintf("line %d: ", e.line)
+	if e.line == 0 {
+		where = ""
+	}
+	return fmt.Sprintf("%s%s (before it: %s imported, %s)", where, messageOf(e.err),
+		plural(e.imported, "record"), plural(e.duplicates, "duplicate"))
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+func (e *importError) Unwrap() error { return e.err }
+
+// maxLine bounds one input line: a value at the 16 MiB limit in base64 with
+// a key at its limit, with room for JSON escapes.
+const maxLine = 128 << 20
+
+type importer struct {
+	e      *env
+	db     *engine.DB
+	limits segment.Limits
+	opts   []engine.WriteOption
+	batch  int
+	prog   *progress
+
+	entries []engine.Entry
+	lineNos []int // the input line of each pending entry
+
+	lines, imported, duplicates int
+}
+
+func (im *importer) run(in io.Reader) error {
+	r := bufio.NewReaderSize(in, 1<<20)
+	lineNo := 0
+	for {
+		line, err := readLine(r)
+		if err == io.EOF {
+			break
+		}
+		lineNo++
+		if err != nil {
+			if ferr := im.flush(); ferr != nil {
+				return ferr
+			}
+			return &importError{line: lineNo, imported: im.imported, duplicates: im.duplicates, err: err}
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		im.lines++
+		ent, err := parseImportLine(line, im.limits)
+		if err != nil {
+			// Everything before the failing line is imported, nothing from it on.
+			if ferr := im.flush(); ferr != nil {
+				return ferr
+			}
+			return &importError{line: lineNo, imported: im.imported, duplicates: im.duplicates, err: err}
+		}
+		im.entries = append(im.entries, ent)
+		im.lineNos = append(im.lineNos, lineNo)
+		if len(im.entries) >= im.batch {
+			if err := im.flush(); err != nil {
+				return err
+			}
+			im.prog.update("import: %d lines, %d records imported", im.lines, im.imported)
+		}
+		if err := im.e.ctx.Err(); err != nil {
+			return &importError{imported: im.imported, duplicates: im.duplicates, err: err}
+		}
+	}
+	return im.flush()
+}
+
+// readLine returns the next line without its newline; io.EOF at the end.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > maxLine {
+			// Skip the rest of the line so the error names the right one.
+			for err == bufio.ErrBufferFull {
+				_, err = r.ReadSlice('\n')
+			}
+			return nil, errs.New(errs.CodeInvalidInput, "line is longer than %d bytes", maxLine)
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == bufio.ErrBufferFull:
+			continue
+		case err == io.EOF:
+			if len(line) == 0 {
+				return nil, io.EOF
+			}
+			return line, nil
+		case err != nil:
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read import input")
+		}
+		return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'}), nil
+	}
+}
+
+// flush appends the pending entries. AppendBatch is atomic, so when it fails
+// nothing was appended: the failing entry is then found by bisection, every
+// entry before it committed, and the error names its line.
+func (im *importer) flush() error {
+	if len(im.entries) == 0 {
+		return nil
+	}
+	entries, lineNos := im.entries, im.lineNos
+	im.entries, im.lineNos = im.entries[:0], im.lineNos[:0]
+	n, err := im.appendPrefix(entries)
+	if err != nil {
+		line := lineNos[n]
+		if !bisectable(err) {
+			line = 0 // the failure is not about one line
+		}
+		return &importError{line: line, imported: im.imported, duplicates: im.duplicates, err: err}
+	}
+	return nil
+}
+
+// appendPrefix appends entries, or if that fails the longest prefix that
+// succeeds; it returns how many were appended and the error of the next.
+func (im *importer) appendPrefix(entries []engine.Entry) (int, error) {
+	rs, err := im.db.AppendBatch(im.e.ctx, entries, im.opts...)
+	if err == nil {
+		for _, r := range rs {
+			if r.Duplicate {
+				im.duplicates++
+			} else {
+				im.imported++
+			}
+		}
+		return len(entries), nil
+	}
+	if len(entries) == 1 || !bisectable(err) {
+		return 0, err
+	}
+	half := len(entries) / 2
+	n, err := im.appendPrefix(entries[:half])
+	if err != nil {
+		return n, err
+	}
+	m, err := im.appendPrefix(entries[half:])
+	return half + m, err
+}
+
+// bisectable reports whether a failed batch failed because of one of its
+// entries (a refusal that a smaller batch would not repeat), rather than
+// because the database or the process cannot write at all.
+func bisectable(err error) bool {
+	switch c := engine.CodeOf(err); {
+	case c == errs.CodeConflict, c == errs.CodeInvalidInput, c == errs.CodeDependencyMissing:
+		return true
+	case c.IsIntegrity(): // a damaged, read-only anchor
+		return true
+	}
+	return false
+}
+
+// Import line fields.
+var (
+	nativeFields = []string{"anchor", "type", "key", "value", "idempotency_key", "counter", "time"}
+	eventMarkers = []string{"anchor_id", "event_type", "local_counter", "payload", "timestamp"}
+)
+
+// parseImportLine parses one line of either form and checks it against the
+// limits, so a bad line is refused with its line number before anything of
+// its batch is appended.
+func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
+	var m map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&m); err != nil {
+		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "not a JSON object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "data after the JSON object")
+	}
+	if m == nil {
+		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "not a JSON object")
+	}
+	var ent engine.Entry
+	var err error
+	if isEventLine(m) {
+		ent, err = parseEventLine(m)
+	} else {
+		ent, err = parseNativeLine(m)
+	}
+	if err != nil {
+		return ent, err
+	}
+	if err := segment.ValidateContent(ent.Anchor, ent.Type, ent.Key, ent.Value, ent.IdempotencyKey, limits); err != nil {
+		return ent, err
+	}
+	return ent, nil
+}
+
+func isEventLine(m map[string]json.RawMessage) bool {
+	for _, f := range eventMarkers {
+		if _, ok := m[f]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func parseNativeLine(m map[string]json.RawMessage) (engine.Entry, error) {
+	var unknown []string
+	for k := range m {
+		if !contains(nativeFields, k) {
+			unknown = append(unknown, strconv.Quote(k))
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "unknown field %s (a line holds %s, or is an anchor-local event line with anchor_id, event_type, local_counter, payload, timestamp)",
+			strings.Join(unknown, ", "), strings.Join(nativeFields, ", "))
+	}
+	var ent engine.Entry
+	var err error
+	if ent.Anchor, err = stringField(m, "anchor", true); err != nil {
+		return ent, err
+	}
+	if ent.Type, err = stringField(m, "type", false); err != nil {
+		return ent, err
+	}
+	if ent.Type == "" {
+		ent.Type = segment.TypePut
+	}
+	if ent.Key, err = bytesField(m, "key"); err != nil {
+		return ent, err
+	}
+	if ent.Value, err = bytesField(m, "value"); err != nil {
+		return ent, err
+	}
+	if ent.IdempotencyKey, err = bytesField(m, "idempotency_key"); err != nil {
+		return ent, err
+	}
+	if ent.Counter, err = counterField(m, "counter"); err != nil {
+		return ent, err
+	}
+	if ent.Time, err = timeField(m, "time"); err != nil {
+		return ent, err
+	}
+	return ent, nil
+}
+
+func parseEventLine(m map[string]json.RawMessage) (engine.Entry, error) {
+	var ent engine.Entry
+	var err error
+	for _, f := range []string{"anchor", "type", "value", "counter", "time"} {
+		if _, ok := m[f]; ok {
+			return ent, errs.New(errs.CodeInvalidInput, "field %q mixes the two line forms (an anchor-local event line has anchor_id, event_type, local_counter, payload, timestamp)", f)
+		}
+	}
+	if ent.Anchor, err = stringField(m, "anchor_id", true); err != nil {
+		return ent, err
+	}
+	if ent.Type, err = stringField(m, "event_type", true); err != nil {
+		return ent, err
+	}
+	if ent.Counter, err = counterField(m, "local_counter"); err != nil {
+		return ent, err
+	}
+	if raw, ok := m["payload"]; ok {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			ent.Value = []byte(s)
+		} else {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, raw); err != nil {
+				return ent, errs.New(errs.CodeInvalidInput, "payload: %v", err)
+			}
+			ent.Value = buf.Bytes()
+		}
+	}
+	if ent.Time, err = timeField(m, "timestamp"); err != nil {
+		return ent, err
+	}
+	if ent.Key, err = bytesField(m, "key"); err != nil {
+		return ent, err
+	}
+	if ent.IdempotencyKey, err = bytesField(m, "idempotency_key"); err != nil {
+		return ent, err
+	}
+	return ent, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func present(m map[string]json.RawMessage, name string) (json.RawMessage, bool) {
+	raw, ok := m[name]
+	if !ok || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+func stringField(m map[string]json.RawMessage, name string, required bool) (string, error) {
+	raw, ok := present(m, name)
+	if !ok {
+		if required {
+			return "", errs.New(errs.CodeInvalidInput, "missing %q", name)
+		}
+		return "", nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", errs.New(errs.CodeInvalidInput, "%q must be a JSON string", name)
+	}
+	return s, nil
+}
+
+// bytesField reads a byte string: a JSON string (its UTF-8 bytes) or
+// {"b64":"<standard base64>"}. Absent or null is nil.
+func bytesField(m map[string]json.RawMessage, name string) ([]byte, error) {
+	raw, ok := present(m, name)
+	if !ok {
+		return nil, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return []byte(s), nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil || len(obj) != 1 || obj["b64"] == nil {
+		return nil, errs.New(errs.CodeInvalidInput, `%q must be a JSON string or {"b64":"…"}`, name)
+	}
+	var b64 string
+	if err := json.Unmarshal(obj["b64"], &b64); err != nil {
+		return nil, errs.New(errs.CodeInvalidInput, `%q: "b64" must be a JSON string`, name)
+	}
+	b, err := base64.StdEncoding.Strict().DecodeString(b64)
+	if err != nil {
+		return nil, errs.New(errs.CodeInvalidInput, "%q: not standard base64: %v", name, err)
+	}
+	return b, nil
+}
+
+// counterField reads a counter: an integer 1..MaxCounter. Absent or null is 0
+// (the database clock assigns one).
+func counterField(m map[string]json.RawMessage, name string) (uint64, error) {
+	raw, ok := present(m, name)
+	if !ok {
+		return 0, nil
+	}
+	c, err := strconv.ParseUint(string(bytes.TrimSpace(raw)), 10, 64)
+	if err != nil || c == 0 || c > engine.MaxCounter {
+		return 0, errs.New(errs.CodeInvalidInput, "%q is %s: it must be an integer 1..%d (omit it to let the database clock assign one)",
+			name, raw, uint64(engine.MaxCounter))
+	}
+	return c, nil
+}
+
+// The record time is int64 Unix nanoseconds.
+var (
+	minTime = time.Unix(0, 0).Add(-1 << 63)
+	maxTime = time.Unix(0, 1<<63-1)
+)
+
+// timeField reads an RFC 3339 time. Absent or null is the zero time (now).
+func timeField(m map[string]json.RawMessage, name string) (time.Time, error) {
+	s, err := stringField(m, name, false)
+	if err != nil || s == "" {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q is not an RFC 3339 time: %v", name, err)
+	}
+	if t.Before(minTime) || t.After(maxTime) {
+		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q %s is outside the years 1678..2262 a record time can hold", name, s)
+	}
+	return t, nil
+}

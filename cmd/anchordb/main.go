@@ -1,0 +1,460 @@
+// Command anchordb is the command line of the anchordb engine (SPEC §10).
+//
+// It is thin: it parses flags, calls the engine and prints. Every command is
+// one entry of the commands table below — its name, arguments, summary and a
+// setup function that registers its flags and returns the function that runs
+// it — so adding a command is a new file and one line in the table.
+//
+// Global flags (--dir, --json, --quiet, --no-progress) are accepted before or
+// after the command: each command's pflag FlagSet registers them too and
+// parses interspersed flags and arguments.
+//
+// Exit status: 0 ok; 1 an integrity or conflict finding (a refused append,
+// a get of a missing key, INT_*, AUTH_*); 2 usage, I/O or bad input. An error
+// prints {"error":{"code","reason","message",…}} on stdout with --json, else
+// one line on stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/spf13/pflag"
+)
+
+// Exit statuses (SPEC §10).
+const (
+	exitOK      = 0
+	exitFinding = 1 // an integrity or conflict finding
+	exitUsage   = 2 // usage, I/O or bad input
+)
+
+// command is one entry of the command table.
+type command struct {
+	name    string
+	args    string // the positional arguments, for usage: "ANCHOR KEY VALUE"
+	summary string
+	// detail is printed by `anchordb help NAME` after the summary.
+	detail string
+	// minArgs and maxArgs bound the positional arguments; maxArgs < 0: no bound.
+	minArgs, maxArgs int
+	// setup registers the command's own flags on fs and returns its run
+	// function, which reads them through the closure.
+	setup func(fs *pflag.FlagSet) runFunc
+}
+
+type runFunc func(e *env, args []string) error
+
+// commands is the command table, in the order help lists them.
+var commands = []*command{
+	putCmd,
+	delCmd,
+	appendCmd,
+	importCmd,
+	getCmd,
+	historyCmd,
+	scanCmd,
+	logCmd,
+	statsCmd,
+	demoCmd,
+}
+
+func lookupCommand(name string) *command {
+	for _, c := range commands {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// globals are the flags every command accepts.
+type globals struct {
+	dir        string
+	dirSet     bool // --dir was given explicitly
+	json       bool
+	quiet      bool
+	noProgress bool
+}
+
+func defaultDir() string {
+	if d := os.Getenv("ANCHORDB_DIR"); d != "" {
+		return d
+	}
+	return "./anchordb-data"
+}
+
+func (g *globals) register(fs *pflag.FlagSet) {
+	fs.StringVar(&g.dir, "dir", "", "database directory (default $ANCHORDB_DIR, else ./anchordb-data)")
+	fs.BoolVar(&g.json, "json", false, "machine-readable JSON output on stdout")
+	fs.BoolVar(&g.quiet, "quiet", false, "suppress non-essential output (JSON output is always printed)")
+	fs.BoolVar(&g.noProgress, "no-progress", false, "never draw progress on stderr (it is drawn only on a terminal)")
+}
+
+func newFlagSet(name string) *pflag.FlagSet {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported by run, in the --json shape when asked
+	fs.Usage = func() {}
+	fs.SortFlags = false
+	fs.SetInterspersed(true)
+	return fs
+}
+
+// usageError is a command line the CLI cannot run: INPUT_001, exit 2.
+type usageError struct {
+	cmd string // the command it concerns, "" for the top level
+	msg string
+}
+
+func (u *usageError) Error() string { return u.msg }
+
+// Unwrap gives the error its code, so CodeOf and the JSON shape see INPUT_001.
+func (u *usageError) Unwrap() error { return errs.New(errs.CodeInvalidInput, "%s", u.msg) }
+
+func usagef(cmd, format string, args ...any) error {
+	return &usageError{cmd: cmd, msg: fmt.Sprintf(format, args...)}
+}
+
+// exitStatus ends a command with a status and no further message: the command
+// has already printed what it found (e.g. get of a missing key).
+type exitStatus int
+
+func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
+
+// exitCode maps an error to the exit status of SPEC §10 through its code.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var s exitStatus
+	if errors.As(err, &s) {
+		return int(s)
+	}
+	var u *usageError
+	if errors.As(err, &u) {
+		return exitUsage
+	}
+	code := engine.CodeOf(err)
+	switch {
+	case code.IsIntegrity():
+		return exitFinding
+	case code == errs.CodeConflict, code == errs.CodeDependencyMissing:
+		return exitFinding
+	case strings.HasPrefix(string(code), "CAP_"): // a refused append
+		return exitFinding
+	default: // INPUT_001, IO_001, STATE_001, and errors without a code
+		return exitUsage
+	}
+}
+
+func main() {
+	// Report a closed stdout as an error (and stop) instead of dying by
+	// SIGPIPE with the database open.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run runs one command line and returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{}
+	e := &env{ctx: ctx, g: g, stdin: stdin, stderr: stderr, out: newOutput(stdout)}
+
+	// Find the command: global flags may come first.
+	pre := newFlagSet("anchordb")
+	g.register(pre)
+	pre.SetInterspersed(false)
+	err := pre.Parse(args)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprint(stdout, mainUsage())
+		return exitOK
+	}
+	if err != nil {
+		g.json = jsonRequested(args)
+		return e.finish(usagef("", "%v", err))
+	}
+	rest := pre.Args()
+	// Flags after the command are not parsed yet: an error about the command
+	// itself must still honour a --json among them.
+	g.json = g.json || jsonRequested(args)
+	if len(rest) == 0 {
+		fmt.Fprint(stderr, mainUsage())
+		return e.finish(usagef("", "no command given"))
+	}
+	name := rest[0]
+	globalArgs := args[:len(args)-len(rest)]
+	if n := len(globalArgs); n > 0 && globalArgs[n-1] == "--" {
+		globalArgs = globalArgs[:n-1]
+	}
+	cmdArgs := append(append([]string(nil), globalArgs...), rest[1:]...)
+
+	if name == "help" {
+		return runHelp(e, cmdArgs, stdout)
+	}
+	cmd := lookupCommand(name)
+	if cmd == nil {
+		fmt.Fprint(stderr, mainUsage())
+		return e.finish(usagef("", "unknown command %q", name))
+	}
+
+	own, global := newFlagSet(name), newFlagSet(name)
+	runCmd := cmd.setup(own)
+	g.register(global)
+	fs := newFlagSet(name)
+	fs.AddFlagSet(own)
+	fs.AddFlagSet(global)
+	err = fs.Parse(cmdArgs)
+	if errors.Is(err, pflag.ErrHelp) {
+		fmt.Fprint(stdout, commandUsage(cmd))
+		return exitOK
+	}
+	if err != nil {
+		g.json = jsonRequested(cmdArgs)
+		return e.finish(usagef(name, "%v", err))
+	}
+	g.dirSet = fs.Changed("dir")
+	if g.dirSet && g.dir == "" {
+		return e.finish(usagef(name, "--dir must not be empty"))
+	}
+	if g.dir == "" {
+		g.dir = defaultDir()
+	}
+	pos := fs.Args()
+	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
+		return e.finish(usagef(name, "%s takes %s (got %d arguments)", name, argsWanted(cmd), len(pos)))
+	}
+	err = runCmd(e, pos)
+	return e.finish(err)
+}
+
+// jsonRequested reports whether --json appears among args, for reporting a
+// flag error that stopped parsing before --json was reached.
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "--json=true", "--json=1":
+			return true
+		}
+	}
+	return false
+}
+
+func argsWanted(c *command) string {
+	if c.args == "" {
+		return "no arguments"
+	}
+	return c.args
+}
+
+// finish prints err (if any), flushes the output, closes the database and
+// returns the exit status.
+func (e *env) finish(err error) int {
+	if err != nil && errors.Is(err, context.Canceled) && e.ctx.Err() != nil {
+		err = errs.Wrap(errs.CodeWriteFailed, err, "interrupted")
+	}
+	if err != nil && !e.out.brokenPipe(err) {
+		e.printError(err)
+	}
+	if ferr := e.out.flush(); ferr != nil && err == nil && !e.out.brokenPipe(ferr) {
+		err = errs.Wrap(errs.CodeWriteFailed, ferr, "write output")
+		fmt.Fprintf(e.stderr, "anchordb: %v\n", err)
+	}
+	if cerr := e.closeDB(); cerr != nil {
+		if err == nil || exitCode(err) == exitOK {
+			err = cerr
+		}
+		e.printError(cerr)
+		_ = e.out.flush()
+	}
+	if err != nil && e.out.brokenPipe(err) {
+		// The reader of stdout went away (e.g. `anchordb log a | head -1`):
+		// it has what it wanted.
+		return exitOK
+	}
+	return exitCode(err)
+}
+
+// printError reports err: the JSON error object on stdout with --json, else
+// one line on stderr (with a hint for usage errors).
+func (e *env) printError(err error) {
+	var s exitStatus
+	if errors.As(err, &s) {
+		return
+	}
+	if e.g.json {
+		e.out.json(errorJSON(err))
+		return
+	}
+	fmt.Fprintf(e.stderr, "anchordb: %s\n", errorLine(err))
+	var u *usageError
+	if errors.As(err, &u) {
+		if u.cmd != "" {
+			fmt.Fprintf(e.stderr, "run 'anchordb help %s' for usage\n", u.cmd)
+		} else {
+			fmt.Fprintln(e.stderr, "run 'anchordb help' for usage")
+		}
+	}
+}
+
+func runHelp(e *env, args []string, stdout io.Writer) int {
+	// `help` takes at most a command name; global flags may surround it.
+	fs := newFlagSet("help")
+	(&globals{}).register(fs)
+	if err := fs.Parse(args); err != nil && !errors.Is(err, pflag.ErrHelp) {
+		return e.finish(usagef("", "%v", err))
+	}
+	names := fs.Args()
+	switch {
+	case len(names) == 0 || (len(names) == 1 && names[0] == "help"):
+		fmt.Fprint(stdout, mainUsage())
+		return exitOK
+	case len(names) == 1 && lookupCommand(names[0]) != nil:
+		fmt.Fprint(stdout, commandUsage(lookupCommand(names[0])))
+		return exitOK
+	default:
+		fmt.Fprint(e.stderr, mainUsage())
+		return e.finish(usagef("", "no help for %q: unknown command", strings.Join(names, " ")))
+	}
+}
+
+func mainUsage() string {
+	var b strings.Builder
+	b.WriteString("anchordb — an embedded, verifiable key-value store of hash-chained anchor logs\n\n")
+	b.WriteString("usage: anchordb [global flags] COMMAND [arguments] [flags]\n\ncommands:\n")
+	width := 0
+	for _, c := range commands {
+		width = max(width, len(c.name)+1+len(c.args))
+	}
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.args), c.summary)
+	}
+	b.WriteString("\nglobal flags (before or after the command):\n")
+	b.WriteString(globalFlagUsages())
+	b.WriteString("\nexit status: 0 ok; 1 an integrity or conflict finding (refused append, missing key);\n")
+	b.WriteString("2 usage, I/O or bad input.\n\n")
+	b.WriteString("Run 'anchordb help COMMAND' for a command's flags.\n")
+	return b.String()
+}
+
+func globalFlagUsages() string {
+	fs := newFlagSet("anchordb")
+	(&globals{}).register(fs)
+	return fs.FlagUsages()
+}
+
+func commandUsage(c *command) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "usage: anchordb %s [flags]\n\n%s\n", strings.TrimSpace(c.name+" "+c.args), c.summary)
+	if c.detail != "" {
+		fmt.Fprintf(&b, "\n%s\n", strings.TrimRight(c.detail, "\n"))
+	}
+	own := newFlagSet(c.name)
+	c.setup(own)
+	if own.HasFlags() {
+		b.WriteString("\nflags:\n")
+		b.WriteString(own.FlagUsages())
+	}
+	b.WriteString("\nglobal flags:\n")
+	b.WriteString(globalFlagUsages())
+	return b.String()
+}
+
+// env is what a running command needs: context, flags, streams, database.
+type env struct {
+	ctx    context.Context
+	g      *globals
+	stdin  io.Reader
+	stderr io.Writer
+	out    *output
+	db     *engine.DB
+}
+
+// open opens the database in --dir (creating it if needed). The database is
+// closed when the command returns.
+func (e *env) open() (*engine.DB, error) {
+	return e.openWith(engine.Options{})
+}
+
+func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
+	if e.db != nil {
+		return e.db, nil
+	}
+	opts.Logger = stderrLogger{w: e.stderr, quiet: e.g.quiet}
+	db, err := engine.Open(e.g.dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.db = db
+	return db, nil
+}
+
+func (e *env) closeDB() error {
+	if e.db == nil {
+		return nil
+	}
+	db := e.db
+	e.db = nil
+	return db.Close()
+}
+
+// stderrLogger prints the engine's recovery reports and background errors.
+type stderrLogger struct {
+	w     io.Writer
+	quiet bool
+}
+
+func (l stderrLogger) Infof(format string, args ...any) {
+	if !l.quiet {
+		fmt.Fprintf(l.w, "anchordb: "+format+"\n", args...)
+	}
+}
+
+func (l stderrLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(l.w, "anchordb: "+format+"\n", args...)
+}
+
+// progressOK reports whether progress may be drawn: stderr is a terminal and
+// neither --quiet nor --no-progress was given.
+func (e *env) progressOK() bool {
+	if e.g.quiet || e.g.noProgress {
+		return false
+	}
+	f, ok := e.stderr.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progress draws one status line on stderr when progressOK; done clears it.
+type progress struct {
+	w  io.Writer
+	on bool
+}
+
+func (e *env) newProgress() *progress { return &progress{w: e.stderr, on: e.progressOK()} }
+
+func (p *progress) update(format string, args ...any) {
+	if p.on {
+		fmt.Fprintf(p.w, "\r\x1b[K"+format, args...)
+	}
+}
+
+func (p *progress) done() {
+	if p.on {
+		fmt.Fprint(p.w, "\r\x1b[K")
+	}
+}

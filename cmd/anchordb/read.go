@@ -1,0 +1,195 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/spf13/pflag"
+)
+
+const streamHelp = `Prints one record a line: with --json the record shape
+{"anchor","seq","counter","time","type","key","value","idempotency_key","prev_hash","hash"}
+(byte strings as JSON strings when valid UTF-8, else {"b64":"…"}; key null for an event
+without one, value null for a delete), else "ANCHOR #SEQ counter=N TIME TYPE KEY=VALUE blake3:…".
+An empty result prints nothing and exits 0.`
+
+var getCmd = &command{
+	name:    "get",
+	args:    "KEY",
+	summary: "print the live value of KEY: its last put or delete in merged order",
+	detail: `Prints the record of the winning version plus "found":true. A missing or deleted key
+prints {"found":false,"key":"KEY"} (without --json, "not found: KEY" on stderr) and exits 1.`,
+	minArgs: 1, maxArgs: 1,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var raw bool
+		fs.BoolVar(&raw, "raw", false, "print only the value's bytes, unchanged (no newline); ignores --json")
+		return func(e *env, args []string) error {
+			key := []byte(args[0])
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			v, err := db.Get(e.ctx, key)
+			if errors.Is(err, engine.ErrNotFound) {
+				switch {
+				case e.g.json && !raw:
+					e.out.json(notFoundJSON{Found: false, Key: byteString(key)})
+				case !e.g.quiet:
+					fmt.Fprintf(e.stderr, "not found: %s\n", display(key))
+				}
+				return exitStatus(exitFinding)
+			}
+			if err != nil {
+				return err
+			}
+			if raw {
+				e.out.write(v.Value)
+				return nil
+			}
+			// The index holds the value and receipt; the full record shape
+			// (time, prev_hash, idempotency key) is in the segment.
+			rec, err := db.Record(e.ctx, v.Anchor, v.Seq)
+			if err != nil {
+				return err
+			}
+			if rec.Hash != v.Hash {
+				return errs.New(errs.CodeIndexMismatch, "key %q: the index names %s #%d with hash %s, the segment holds %s",
+					key, v.Anchor, v.Seq, v.Hash, rec.Hash).At(v.Anchor, v.Seq, "", 0)
+			}
+			if e.g.json {
+				e.out.json(foundJSON{recordJSON: newRecordJSON(&rec), Found: true})
+			} else {
+				e.out.linef("%s", recordLine(&rec))
+			}
+			return nil
+		}
+	},
+}
+
+type notFoundJSON struct {
+	Found bool       `json:"found"`
+	Key   byteString `json:"key"`
+}
+
+type foundJSON struct {
+	recordJSON
+	Found bool `json:"found"`
+}
+
+var historyCmd = &command{
+	name:    "history",
+	args:    "KEY",
+	summary: "print every version of KEY (puts and deletes) in merged order, oldest first",
+	detail:  streamHelp,
+	minArgs: 1, maxArgs: 1,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		return func(e *env, args []string) error {
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			for rec, err := range db.History(e.ctx, []byte(args[0])) {
+				if err != nil {
+					return err
+				}
+				e.printRecord(&rec)
+				if e.out.err != nil {
+					return e.out.err
+				}
+			}
+			return nil
+		}
+	},
+}
+
+var scanCmd = &command{
+	name:    "scan",
+	summary: "print the live keys in byte order with their latest records",
+	detail: `With --prefix P only keys starting with P; with --start S and/or --end E the keys in
+[S, E). Without either, every live key. Deleted keys are skipped.
+` + streamHelp,
+	minArgs: 0, maxArgs: 0,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var prefix, start, end string
+		var limit int
+		fs.StringVar(&prefix, "prefix", "", "only keys that start with this prefix")
+		fs.StringVar(&start, "start", "", "first key of the range (inclusive)")
+		fs.StringVar(&end, "end", "", "end of the range (exclusive; default: no end)")
+		fs.IntVar(&limit, "limit", 0, "print at most this many keys (0: no limit)")
+		return func(e *env, _ []string) error {
+			ranged := fs.Changed("start") || fs.Changed("end")
+			if ranged && fs.Changed("prefix") {
+				return usagef("scan", "--prefix cannot be combined with --start/--end")
+			}
+			if limit < 0 {
+				return usagef("scan", "--limit must not be negative")
+			}
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			versions := db.Scan(e.ctx, []byte(prefix))
+			if ranged {
+				var endKey []byte
+				if fs.Changed("end") {
+					endKey = []byte(end)
+				}
+				versions = db.ScanRange(e.ctx, []byte(start), endKey)
+			}
+			n := 0
+			for v, err := range versions {
+				if err != nil {
+					return err
+				}
+				if limit > 0 && n == limit {
+					break
+				}
+				n++
+				rec, err := db.Record(e.ctx, v.Anchor, v.Seq)
+				if err != nil {
+					return err
+				}
+				e.printRecord(&rec)
+				if e.out.err != nil {
+					return e.out.err
+				}
+			}
+			return nil
+		}
+	},
+}
+
+var logCmd = &command{
+	name:    "log",
+	args:    "ANCHOR",
+	summary: "print an anchor's records by seq",
+	detail:  streamHelp,
+	minArgs: 1, maxArgs: 1,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var from, to uint64
+		fs.Uint64Var(&from, "from", 1, "first seq to print")
+		fs.Uint64Var(&to, "to", 0, "last seq to print (0: through the last record)")
+		return func(e *env, args []string) error {
+			if err := segment.ValidateAnchorID(args[0]); err != nil {
+				return err
+			}
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			for rec, err := range db.Log(e.ctx, args[0], from, to) {
+				if err != nil {
+					return err
+				}
+				e.printRecord(&rec)
+				if e.out.err != nil {
+					return e.out.err
+				}
+			}
+			return nil
+		}
+	},
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/spf13/pflag"
+)
+
+var statsCmd = &command{
+	name:    "stats",
+	summary: "print sizes, anchors, records, durability mode and what the last open recovered",
+	detail: `With --json one object: the engine's statistics (dir, id, durability, anchors, records,
+damaged_anchors, segment_files, segment_bytes, index_bytes, in_flight_records,
+in_flight_bytes, open_segment_files, clock), "damaged": the read-only anchors and why,
+and "recovery": what this command's open found ({"clean","rebuilt","events"}).`,
+	minArgs: 0, maxArgs: 0,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		return func(e *env, _ []string) error {
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			st, err := db.Stats(e.ctx)
+			if err != nil {
+				return err
+			}
+			out := statsJSON{Stats: st, Damaged: []damagedJSON{}, Recovery: newRecoveryJSON(db.RecoveryReport())}
+			if st.DamagedAnchors > 0 {
+				for info, err := range db.Anchors(e.ctx) {
+					if err != nil {
+						return err
+					}
+					if info.Damage != "" {
+						out.Damaged = append(out.Damaged, damagedJSON{Anchor: info.ID, Damage: info.Damage})
+					}
+				}
+			}
+			if e.g.json {
+				e.out.json(out)
+				return nil
+			}
+			printStatsHuman(e, out)
+			return nil
+		}
+	},
+}
+
+type statsJSON struct {
+	engine.Stats
+	Damaged  []damagedJSON `json:"damaged"`
+	Recovery recoveryJSON  `json:"recovery"`
+}
+
+type damagedJSON struct {
+	Anchor string `json:"anchor"`
+	Damage string `json:"damage"`
+}
+
+// recoveryJSON is engine.RecoveryReport with its errors in the CLI's error
+// shape.
+type recoveryJSON struct {
+	Clean   bool                `json:"clean"`
+	Rebuilt bool                `json:"rebuilt"`
+	Events  []recoveryEventJSON `json:"events"`
+}
+
+type recoveryEventJSON struct {
+	Kind    string     `json:"kind"`
+	Anchor  string     `json:"anchor,omitempty"`
+	File    string     `json:"file,omitempty"`
+	Offset  int64      `json:"offset,omitempty"`
+	Bytes   int64      `json:"bytes,omitempty"`
+	Records uint64     `json:"records,omitempty"`
+	Saved   string     `json:"saved,omitempty"`
+	Error   *errorBody `json:"error,omitempty"`
+}
+
+func newRecoveryJSON(r engine.RecoveryReport) recoveryJSON {
+	out := recoveryJSON{Clean: r.Clean, Rebuilt: r.Rebuilt, Events: []recoveryEventJSON{}}
+	for _, ev := range r.Events {
+		j := recoveryEventJSON{Kind: ev.Kind, Anchor: ev.Anchor, File: ev.File, Offset: ev.Offset,
+			Bytes: ev.Bytes, Records: ev.Records, Saved: ev.Saved}
+		if ev.Err != nil {
+			b := errorJSON(ev.Err).Error
+			j.Error = &b
+		}
+		out.Events = append(out.Events, j)
+	}
+	return out
+}
+
+func printStatsHuman(e *env, s statsJSON) {
+	rows := []struct {
+		name  string
+		value any
+	}{
+		{"dir", s.Dir},
+		{"id", s.ID},
+		{"durability", s.Durability},
+		{"anchors", s.Anchors},
+		{"records", s.Records},
+		{"damaged anchors", s.DamagedAnchors},
+		{"segment files", s.SegmentFiles},
+		{"segment bytes", fmt.Sprintf("%d (%s)", s.SegmentBytes, humanBytes(s.SegmentBytes))},
+		{"index bytes", fmt.Sprintf("%d (%s)", s.IndexBytes, humanBytes(int64(s.IndexBytes)))},
+		{"in flight", fmt.Sprintf("%d records, %d bytes", s.InFlightRecords, s.InFlightBytes)},
+		{"open segment files", s.OpenFiles},
+		{"clock", s.Clock},
+		{"last close", map[bool]string{true: "clean", false: "unclean (recovery ran)"}[s.Recovery.Clean]},
+	}
+	for _, r := range rows {
+		e.out.linef("%-19s %v", r.name+":", r.value)
+	}
+	if s.Recovery.Rebuilt {
+		e.out.linef("%-19s %s", "index:", "rebuilt from the segments")
+	}
+	for _, d := range s.Damaged {
+		e.out.linef("%-19s %s: %s", "damaged:", display([]byte(d.Anchor)), d.Damage)
+	}
+	for _, ev := range s.Recovery.Events {
+		line := ev.Kind
+		if ev.Anchor != "" {
+			line += " anchor=" + display([]byte(ev.Anchor))
+		}
+		if ev.File != "" {
+			line += fmt.Sprintf(" file=%s offset=%d", ev.File, ev.Offset)
+		}
+		if ev.Error != nil {
+			line += ": " + ev.Error.Code + " " + ev.Error.Message
+		}
+		e.out.linef("%-19s %s", "recovery:", line)
+	}
+}
+
+// humanBytes renders a byte count in binary units.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
