@@ -80,6 +80,17 @@ func ParseHeader(b []byte) (Header, int, error) {
 	aLen := int(b[9])
 	size := headerFixed + aLen
 	if len(b) < size {
+		// Torn, unless the length byte itself is damaged: then a shorter
+		// header verifies.
+		fixed := make([]byte, 0, headerFixed+MaxAnchorID)
+		for alt := 1; alt <= MaxAnchorID && headerFixed+alt <= len(b); alt++ {
+			n := headerFixed + alt
+			fixed = append(fixed[:0], b[:n-HashSize]...)
+			fixed[9] = byte(alt)
+			if headerHashers.sum(fixed) == Hash(b[n-HashSize:n]) {
+				return h, 0, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: 9, Msg: "segment header anchor length is damaged"}
+			}
+		}
 		return h, 0, &FrameError{Kind: Torn, Offset: 0, Msg: fmt.Sprintf("segment is %d bytes, shorter than its %d-byte header", len(b), size)}
 	}
 	p := 10
@@ -97,6 +108,9 @@ func ParseHeader(b []byte) (Header, int, error) {
 	}
 	if h.Segno == 0 || h.FirstSeq == 0 {
 		return h, 0, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: 10, Msg: "segment number and first seq start at 1"}
+	}
+	if h.FirstSeq == 1 && h.PrevHash != GenesisHash(h.Anchor) {
+		return h, 0, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: int64(p + 16), Msg: "the first segment does not link to the anchor's genesis hash"}
 	}
 	return h, size, nil
 }

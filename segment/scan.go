@@ -118,9 +118,22 @@ func (s *Scanner) next() (Frame, error) {
 		return Frame{}, s.readSeal()
 	}
 	if len(w) >= 4 {
-		// The length is untrusted: bound it by the file before reading.
-		n := int64(4) + int64(be.Uint32(w)) + HashSize
+		// The length is untrusted: bound it by the format, then by the file,
+		// before reading.
+		bodyLen := be.Uint32(w)
+		if bodyLen > maxFrameBody || bodyLen > MaxFrameBody {
+			return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: s.off, Seq: s.nextSeq,
+				Msg: fmt.Sprintf("frame length %d exceeds the format maximum", bodyLen)}
+		}
+		n := int64(4) + int64(bodyLen) + HashSize
 		if n > s.size-s.off {
+			// A length that runs past the end is what a torn write leaves —
+			// or a damaged length in front of good records. Only the first
+			// may be cut, so look for a valid record further on.
+			if at, ok := s.validFrameAfter(s.off + 1); ok {
+				return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: s.off, Seq: s.nextSeq,
+					Msg: fmt.Sprintf("damaged frame length %d, yet a valid record follows at offset %d", bodyLen, at)}
+			}
 			return Frame{}, &FrameError{Kind: Torn, Offset: s.off, Seq: s.nextSeq,
 				Msg: fmt.Sprintf("frame of %d bytes, only %d left in the file", n, s.size-s.off)}
 		}
@@ -133,10 +146,9 @@ func (s *Scanner) next() (Frame, error) {
 	if err != nil {
 		var fe *FrameError
 		if errors.As(err, &fe) {
-			fe.Offset = s.off
-			if fe.Seq == 0 {
-				fe.Seq = s.nextSeq
-			}
+			// The seq read from damaged bytes means nothing: name the one
+			// that belongs here.
+			fe.Offset, fe.Seq = s.off, s.nextSeq
 		}
 		return Frame{}, err
 	}
@@ -154,6 +166,43 @@ func (s *Scanner) next() (Frame, error) {
 	s.prevHash = rec.Hash
 	s.count++
 	return f, nil
+}
+
+// validFrameAfter reports whether any whole record of this segment with a
+// seq at or after the expected one, or a valid seal, starts at or after from.
+// Every candidate must pass its hash, so random bytes never qualify. It runs
+// only when a frame looks torn, to tell a torn tail from a damaged length.
+func (s *Scanner) validFrameAfter(from int64) (int64, bool) {
+	if from >= s.size {
+		return 0, false
+	}
+	tail := make([]byte, s.size-from)
+	if n, err := s.r.ReadAt(tail, from); err != nil && n != len(tail) {
+		return 0, false
+	}
+	for i := 0; i+4+bodyFixed+HashSize <= len(tail) || i+FooterSize <= len(tail); i++ {
+		w := tail[i:]
+		if len(w) >= FooterSize && be.Uint32(w) == sealMarker {
+			if _, err := parseFooter(w[:FooterSize], s.Header.Checksum); err == nil {
+				return from + int64(i), true
+			}
+			continue
+		}
+		if len(w) < 4+bodyFixed+HashSize {
+			continue
+		}
+		bodyLen := int(be.Uint32(w))
+		if bodyLen < bodyFixed || 4+bodyLen+HashSize > len(w) {
+			continue
+		}
+		if seq := be.Uint64(w[4:]); seq < s.nextSeq {
+			continue
+		}
+		if _, _, err := ParseFrame(s.Header.Anchor, w); err == nil {
+			return from + int64(i), true
+		}
+	}
+	return 0, false
 }
 
 func (s *Scanner) readSeal() error {
@@ -217,7 +266,9 @@ func ReadFrameAt(r io.ReaderAt, anchor string, off int64, size int, wantSeq uint
 		if errors.As(err, &fe) {
 			fe.Offset, fe.Seq = off, wantSeq
 			if fe.Kind == Torn {
-				fe.Kind = Corrupt
+				// The index promised size bytes; a frame longer than that is
+				// the index disagreeing with the segment.
+				fe.Kind, fe.Code = Corrupt, errs.CodeIndexMismatch
 			}
 		}
 		if errors.Is(err, errSealMarker) {
