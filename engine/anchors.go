@@ -11,18 +11,29 @@ import (
 	"github.com/transparency-dev/merkle/compact"
 )
 
-// anchor is the in-memory state of one anchor log. Only the commit leader
-// mutates it, and it publishes under mu so readers see a consistent head.
+// anchor is the in-memory state of one anchor log.
+//
+// It holds two heads. The leader's head (anchorHead, tree) is where the next
+// commit group continues: commit leaders own it, one at a time, and advance
+// it as soon as a group is written to the journal. The visible head (vis,
+// visTree), under mu, is what readers see: it advances when a group has been
+// applied to the index, so it never runs ahead of what reads can find.
 type anchor struct {
 	id  string
 	dir string // directory of its segments
 
-	mu sync.RWMutex
+	// Owned by the commit leader (and by Open before any commit).
 	anchorHead
-	// tree is the anchor's Merkle compact range, kept in step with head.
-	tree *compact.Range
-	// dirReady: the anchor directory is known to exist.
-	dirReady bool
+	tree *compact.Range // Merkle compact range of the leader's head
+
+	// Owned by whoever holds wmu: the applier, a flushing reader, a settle.
+	wmu      sync.Mutex
+	wbuf     segBuffer // segment bytes not yet written to the file
+	dirReady bool      // the anchor directory is known to exist
+
+	mu      sync.RWMutex
+	vis     anchorHead
+	visTree *compact.Range // never mutated once published
 	// damage, when set, makes the anchor read-only (SPEC §3).
 	damage *errs.Error
 }
@@ -44,11 +55,28 @@ type anchorHead struct {
 
 var merkleFactory = &compact.RangeFactory{Hash: segment.Blake3RFC6962.HashChildren}
 
-// snapshot returns a consistent copy of the published head.
+// snapshot returns a consistent copy of the visible head.
 func (a *anchor) snapshot() anchorHead {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
-	return a.anchorHead
+	return a.vis
+}
+
+// visibleTree returns the compact range of the visible head. Callers must not
+// modify it.
+func (a *anchor) visibleTree() *compact.Range {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.visTree
+}
+
+// publish makes head and tree both the leader's and the visible state. It is
+// for Open and recovery, when no commit runs.
+func (a *anchor) publish(head anchorHead, tree *compact.Range) {
+	a.anchorHead, a.tree = head, tree
+	a.mu.Lock()
+	a.vis, a.visTree = head, tree
+	a.mu.Unlock()
 }
 
 func (a *anchor) damaged() *errs.Error {
@@ -80,8 +108,7 @@ func (db *DB) getAnchor(id string, create bool) (*anchor, error) {
 	}
 	if loaded == nil {
 		loaded = &anchor{id: id, dir: segment.AnchorDir(db.fs, db.dir, id)}
-		loaded.headHash = segment.GenesisHash(id)
-		loaded.tree = merkleFactory.NewEmptyRange(0)
+		loaded.publish(anchorHead{headHash: segment.GenesisHash(id)}, merkleFactory.NewEmptyRange(0))
 	}
 	db.anchors[id] = loaded
 	return loaded, nil
@@ -147,7 +174,7 @@ func (db *DB) loadAnchor(id string) (*anchor, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.tree = tree
+	a.publish(a.anchorHead, tree)
 	return a, nil
 }
 

@@ -8,17 +8,20 @@ import (
 //
 // Appends are committed by a leader: the first caller to find no commit in
 // progress becomes the leader and commits everything queued — its own request
-// and any that arrived — as one group: one segment write per anchor touched,
-// one Pebble batch, one fsync shared by all. While the leader works, new
-// requests queue up behind it. When the leader has applied its group to the
-// index it hands leadership to the oldest queued request and only then waits
-// for its group's fsync, so the next group is prepared and written while the
-// previous one syncs (Pebble's ApplyNoSyncWait keeps the WAL in order and
-// folds consecutive syncs into one).
+// and any that arrived — as one group. The leader validates the group,
+// assigns seqs and counters, hashes and frames the records, and writes the
+// whole group to the journal in one write (see internal/journal). Then it
+// hands leadership to the oldest queued request, so the next group is built
+// while this one syncs.
 //
-// A single writer never switches goroutines: it leads its own group of one.
-// 1,000 anchors written by 64 goroutines cost one fsync per group, not one
-// per anchor (SPEC §3).
+// The rest happens in order, group after group, in the applier: one
+// fdatasync of the journal covering every waiting group, then for each group
+// its segment writes (one per anchor), its index batch, and the wake-up of
+// its callers. A NoSync group with nothing ahead of it is applied by its own
+// leader at once, so a single writer never switches goroutines.
+//
+// 1,000 anchors written by 64 goroutines cost one fdatasync per group, not
+// one per anchor (SPEC §3): segment files are fsynced later, when settled.
 
 type committer struct {
 	mu      sync.Mutex
@@ -33,15 +36,13 @@ type request struct {
 	sync     bool
 	receipts []Receipt
 	err      error
-	bytes    int64 // admitted bytes, released on completion
 
-	// settle marks are processed by the leader after its group's segment
-	// writes: they capture what the settler must fsync.
+	// settle marks rotate the journal in the leader and capture, in the
+	// applier, what the settler must fsync.
 	settle *settleMark
 
 	wake chan struct{} // buffered(1): leadership handed over, or done
 	lead bool          // set before wake when the request must lead
-	done bool          // completed (receipts or err are final)
 }
 
 var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan struct{}, 1)} }}
@@ -49,7 +50,7 @@ var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan st
 func newRequest() *request {
 	r := requestPool.Get().(*request)
 	r.entries, r.receipts, r.err, r.settle = nil, nil, nil, nil
-	r.sync, r.lead, r.done, r.bytes = false, false, false, 0
+	r.sync, r.lead = false, false
 	return r
 }
 
@@ -67,7 +68,7 @@ func (db *DB) submit(req *request) {
 		c.mu.Unlock()
 		<-req.wake
 		if !req.lead {
-			return // a leader completed it
+			return // applied and completed by the applier
 		}
 		// Leadership was handed to us; the queue is ours to commit.
 	} else {
@@ -77,19 +78,19 @@ func (db *DB) submit(req *request) {
 	db.lead(req)
 }
 
-// lead commits queued groups until the queue is empty or another request
-// takes over, then returns. The caller's own request is in the first group.
+// lead commits the queued requests as one group, hands leadership on, and
+// returns once self is complete.
 func (db *DB) lead(self *request) {
 	c := &db.commit
 	c.mu.Lock()
-	group := c.queue
-	c.queue = make([]*request, 0, len(group))
+	reqs := c.queue
+	c.queue = make([]*request, 0, len(reqs))
 	c.mu.Unlock()
 
-	wait := db.commitGroup(group)
+	g := db.buildGroup(reqs)
+	inline := db.applier.tryInline(db, g)
 
-	// Hand leadership to the oldest queued request, if any, before waiting
-	// for our fsync: its group overlaps with our sync.
+	// Hand leadership to the oldest queued request, if any.
 	c.mu.Lock()
 	if len(c.queue) > 0 {
 		next := c.queue[0]
@@ -100,15 +101,139 @@ func (db *DB) lead(self *request) {
 	}
 	c.mu.Unlock()
 
-	err := wait()
-	for _, r := range group {
-		if err != nil && r.err == nil {
-			r.err = err
-			r.receipts = nil
+	if inline {
+		db.complete(g, self)
+		return
+	}
+	<-self.wake // the applier completes the group
+}
+
+// complete hands each request of an applied group its outcome and wakes its
+// caller (except skip, whose caller is the current goroutine). A request must
+// not be touched after its caller is woken: it goes back to the pool.
+func (db *DB) complete(g *group, skip *request) {
+	for _, r := range g.reqs {
+		if g.err != nil && r.err == nil {
+			r.err, r.receipts = g.err, nil
 		}
-		r.done = true
-		if r != self {
+		if r != skip {
 			r.wake <- struct{}{}
+		}
+	}
+	g.release()
+}
+
+// applier applies written groups in journal order. Two goroutines share the
+// work: the syncer takes every waiting group and fsyncs the journal once for
+// all of them; the applier applies synced groups to the segments and the
+// index and wakes their callers. The next fsync runs while the previous
+// groups are applied.
+type applier struct {
+	mu       sync.Mutex
+	queue    []*group // written, waiting for the syncer
+	synced   []*group // synced, waiting for the applier
+	inFlight int      // groups queued or being applied
+	signal   chan struct{}
+	ready    chan struct{}
+}
+
+func (ap *applier) init() {
+	ap.signal = make(chan struct{}, 1)
+	ap.ready = make(chan struct{}, 1)
+}
+
+// tryInline applies g at once when it needs no fsync and nothing is ahead of
+// it; otherwise it queues g for the syncer. It reports whether g was applied
+// inline.
+func (ap *applier) tryInline(db *DB, g *group) bool {
+	ap.mu.Lock()
+	if !g.sync && ap.inFlight == 0 {
+		ap.inFlight++
+		ap.mu.Unlock()
+		db.applyGroup(g)
+		ap.mu.Lock()
+		ap.inFlight--
+		ap.mu.Unlock()
+		return true
+	}
+	ap.queue = append(ap.queue, g)
+	ap.inFlight++
+	ap.mu.Unlock()
+	notify(ap.signal)
+	return false
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// runSyncer is the syncer goroutine.
+func (ap *applier) runSyncer(db *DB) {
+	defer db.bg.Done()
+	for {
+		select {
+		case <-ap.signal:
+		case <-db.stopApplier:
+			return
+		}
+		for {
+			ap.mu.Lock()
+			groups := ap.queue
+			ap.queue = nil
+			ap.mu.Unlock()
+			if len(groups) == 0 {
+				break
+			}
+			for i := len(groups) - 1; i >= 0; i-- {
+				if groups[i].sync {
+					err := db.journal.SyncTo(groups[i].end)
+					db.metrics.journalSyncs.Add(1)
+					if err != nil {
+						err = db.fail(err)
+						for _, g := range groups {
+							if g.err == nil {
+								g.err = err
+							}
+						}
+					}
+					break
+				}
+			}
+			ap.mu.Lock()
+			ap.synced = append(ap.synced, groups...)
+			ap.mu.Unlock()
+			notify(ap.ready)
+		}
+	}
+}
+
+// runApplier is the applier goroutine.
+func (ap *applier) runApplier(db *DB) {
+	defer db.bg.Done()
+	for {
+		select {
+		case <-ap.ready:
+		case <-db.stopApplier:
+			return
+		}
+		for {
+			ap.mu.Lock()
+			groups := ap.synced
+			ap.synced = nil
+			ap.mu.Unlock()
+			if len(groups) == 0 {
+				break
+			}
+			db.applyGroups(groups)
+			for _, g := range groups {
+				db.complete(g, nil)
+			}
+			ap.mu.Lock()
+			ap.inFlight -= len(groups)
+			ap.mu.Unlock()
 		}
 	}
 }

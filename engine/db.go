@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -23,13 +24,16 @@ const (
 	metaDBID    = "dbid"    // 32 hex characters, random at creation
 	metaClean   = "clean"   // 1 after a clean Close, 0 while open
 	metaClock   = "clock"   // u64: the Lamport clock
-	metaSettled = "settled" // u64: journal rows at or below this LSN were settled
+	metaSettled = "settled" // journal.Pos: segments hold everything before it durably
 )
 
 const indexFormat = 1
 
 // IndexDir is the directory of the Pebble index under the database root.
 const IndexDir = "index"
+
+// JournalDir is the directory of the journal under the database root.
+const JournalDir = "journal"
 
 // DB is an open anchordb database. It is safe for concurrent use.
 type DB struct {
@@ -44,23 +48,39 @@ type DB struct {
 	anchorsMu sync.RWMutex
 	anchors   map[string]*anchor
 
-	commit committer
+	commit  committer
+	applier applier
+	journal *journal.Writer
+	// flushJournal is the journal as seen by the index's flush hook, which
+	// runs on Pebble's goroutines.
+	flushJournal atomic.Pointer[journal.Writer]
 	// Owned by the commit leader.
-	nextLSN      uint64
-	journalBytes int64
-	clock        atomic.Uint64 // published Lamport clock
+	journalBytes int64         // since the last settle
+	clock        atomic.Uint64 // the Lamport clock, as far as the leader got
+
+	// Idempotency keys of groups written but not yet applied: the next leader
+	// must see them before the index does.
+	idemMu      sync.Mutex
+	pendingIdem map[string]idemEntry
+
+	// Segment bytes buffered per anchor (see segwrite.go).
+	bufMu           sync.Mutex
+	bufferedAnchors map[*anchor]struct{}
+	buffered        atomic.Int64
 
 	dirtyMu    sync.Mutex
 	dirtyFiles map[string]struct{} // segments written since the last settle
 	dirtyDirs  map[string]struct{} // directories whose entries changed
 
-	adm      admission
-	failed   atomic.Pointer[errs.Error]
-	closed   atomic.Bool
-	settleCh chan struct{}
-	stopBg   chan struct{}
-	bg       sync.WaitGroup
-	settleMu sync.Mutex // one settle at a time
+	metrics     metrics
+	adm         admission
+	failed      atomic.Pointer[errs.Error]
+	closed      atomic.Bool
+	settleCh    chan struct{}
+	stopBg      chan struct{}
+	stopApplier chan struct{}
+	bg          sync.WaitGroup
+	settleMu    sync.Mutex // one settle at a time
 
 	recovery RecoveryReport
 	opened   time.Time
@@ -85,16 +105,23 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db := &DB{
 		dir: dir, opts: opts, fs: fs, lock: lock,
-		anchors:    make(map[string]*anchor),
-		dirtyFiles: make(map[string]struct{}),
-		dirtyDirs:  make(map[string]struct{}),
-		settleCh:   make(chan struct{}, 1),
-		stopBg:     make(chan struct{}),
-		opened:     time.Now(),
+		anchors:         make(map[string]*anchor),
+		dirtyFiles:      make(map[string]struct{}),
+		dirtyDirs:       make(map[string]struct{}),
+		settleCh:        make(chan struct{}, 1),
+		stopBg:          make(chan struct{}),
+		stopApplier:     make(chan struct{}),
+		pendingIdem:     make(map[string]idemEntry),
+		bufferedAnchors: make(map[*anchor]struct{}),
+		opened:          time.Now(),
 	}
+	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.adm.init(opts.MaxInFlightRecords, opts.MaxInFlightBytes)
 	if err := db.open(); err != nil {
+		if db.journal != nil {
+			_ = db.journal.Close()
+		}
 		if db.index != nil {
 			_ = db.closeIndex()
 		}
@@ -102,7 +129,9 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	db.bg.Add(1)
+	db.bg.Add(3)
+	go db.applier.runSyncer(db)
+	go db.applier.runApplier(db)
 	go db.settleLoop()
 	return db, nil
 }
@@ -144,19 +173,12 @@ func (db *DB) open() error {
 			return err
 		}
 	}
-	settled, _, err := db.metaUint(metaSettled)
-	if err != nil {
+	if err := db.startJournal(); err != nil {
 		return err
-	}
-	db.nextLSN = settled + 1
-	if last, ok, err := db.lastJournalLSN(); err != nil {
-		return err
-	} else if ok && last >= db.nextLSN {
-		db.nextLSN = last + 1
 	}
 	// From here a crash is unclean: recovery must look at the tails.
-	if err := db.index.Set(metaKey(metaClean), be.AppendUint64(nil, 0), pebble.Sync); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "mark database open")
+	if err := db.setMetaDurable(metaClean, 0); err != nil {
+		return err
 	}
 	for _, ev := range db.recovery.Events {
 		db.opts.Logger.Infof("recovery: %s", ev)
@@ -169,7 +191,7 @@ func (db *DB) open() error {
 func (db *DB) initIndex() error {
 	// A crash during an earlier rebuild can leave rows without the format row:
 	// start from nothing.
-	if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.Sync); err != nil {
+	if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
 	}
 	exists, err := db.hasSegments()
@@ -200,10 +222,46 @@ func (db *DB) initIndex() error {
 	_ = b.Set(metaKey(metaClean), be.AppendUint64(nil, 1), nil)
 	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)
 	_ = b.Set(metaKey(metaFormat), be.AppendUint64(nil, indexFormat), nil)
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "initialise index")
 	}
-	return b.Close()
+	_ = b.Close()
+	return db.flushIndex()
+}
+
+// setMetaDurable writes a u64 meta row and flushes the index.
+func (db *DB) setMetaDurable(name string, v uint64) error {
+	if err := db.index.Set(metaKey(name), be.AppendUint64(nil, v), pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", name)
+	}
+	return db.flushIndex()
+}
+
+func (db *DB) journalDir() string { return db.fs.PathJoin(db.dir, JournalDir) }
+
+// startJournal starts a fresh journal file after recovery (or a clean
+// close) has made everything in the old ones durable elsewhere, records it as
+// the settle point, and removes the old files.
+func (db *DB) startJournal() error {
+	dir := db.journalDir()
+	if err := mkdirAllSynced(db.fs, dir); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", dir)
+	}
+	gens, err := journal.List(db.fs, dir)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	gen := uint64(1)
+	if len(gens) > 0 {
+		gen = gens[len(gens)-1] + 1
+	}
+	w, err := journal.Create(db.fs, dir, gen)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "start journal")
+	}
+	db.journal = w
+	db.flushJournal.Store(w)
+	return db.recordSettled(journal.Pos{Gen: gen})
 }
 
 func (db *DB) hasSegments() (bool, error) {
@@ -276,15 +334,16 @@ func (db *DB) Close() error {
 	}
 	db.adm.drain()
 	close(db.stopBg)
-	db.bg.Wait()
 	var err error
 	if db.failed.Load() == nil {
 		err = db.settle()
 		if err == nil {
-			err = db.index.Set(metaKey(metaClean), be.AppendUint64(nil, 1), pebble.Sync)
+			err = db.setMetaDurable(metaClean, 1)
 		}
 	}
-	err = errors.Join(err, db.closeIndex(), db.files.close(), db.lock.Close())
+	close(db.stopApplier)
+	db.bg.Wait()
+	err = errors.Join(err, db.journal.Close(), db.closeIndex(), db.files.close(), db.lock.Close())
 	return err
 }
 

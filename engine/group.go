@@ -3,18 +3,21 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/transparency-dev/merkle/compact"
 )
 
-// group is one commit group under construction: an overlay of the anchors it
-// touches, the segment bytes to write and the index batch to apply. Nothing
-// it holds is visible until commitGroup publishes it.
+// group is one commit group: an overlay of the anchors it touches, its
+// journal block, the segment bytes to write and the index batch to apply.
+// The leader builds it (buildGroup); the applier applies it (applyGroup).
 type group struct {
 	db      *DB
+	reqs    []*request
 	batch   *pebble.Batch
 	pending map[*anchor]*pendingAnchor
 	order   []*pendingAnchor // first-touch order: the order segment writes happen in
@@ -25,13 +28,21 @@ type group struct {
 	idem       map[string]idemEntry // idempotency keys claimed in this group
 	prepared   []preparedRecord     // records of the request being prepared
 	scratch    []byte
+	block      []byte // the journal block: header room, count, records
+	spares     []*pendingAnchor
+
+	sync  bool
+	end   journal.Pos // journal position after this group
+	marks []*settleMark
+	err   error // set when the group failed as a whole
 }
 
 // pendingAnchor is a group's working copy of one anchor.
 type pendingAnchor struct {
 	a *anchor
 	anchorHead
-	tree      *compact.Range // cloned on first append in the group
+	tree      *compact.Range  // cloned on first append in the group
+	visit     compact.VisitFn // stores the tree nodes that must be persisted
 	writes    []segWrite
 	metaDirty bool
 }
@@ -57,59 +68,59 @@ type preparedRecord struct {
 	size     int
 }
 
-func (db *DB) newGroup() *group {
-	return &group{
-		db:      db,
-		batch:   db.index.NewBatch(),
-		pending: make(map[*anchor]*pendingAnchor),
-		clock:   db.clock.Load(),
-	}
+// Groups and their buffers are reused: a busy database builds one per
+// commit, and most of a group's cost would otherwise be allocation.
+var groupPool = sync.Pool{New: func() any { return &group{pending: make(map[*anchor]*pendingAnchor)} }}
+
+func (db *DB) newGroup(reqs []*request) *group {
+	g := groupPool.Get().(*group)
+	g.db, g.reqs, g.batch, g.clock = db, reqs, db.index.NewBatch(), db.clock.Load()
+	var hdr [journal.HeaderSize + 4]byte
+	g.block = append(g.block[:0], hdr[:]...)
+	return g
 }
 
-// commitGroup prepares, writes and applies a group. It returns a function
-// that waits for the group's durability (a no-op without sync).
-func (db *DB) commitGroup(reqs []*request) (wait func() error) {
-	noWait := func() error { return nil }
-	// Closing is enforced by admission (Close drains it first); a failed
-	// database commits nothing, not even a settle.
-	if f := db.failed.Load(); f != nil {
-		for _, r := range reqs {
-			r.err = f
+// release returns the group to the pool once every request is complete.
+func (g *group) release() {
+	for _, p := range g.order {
+		p.a, p.tree, p.visit = nil, nil, nil
+		for i := range p.writes {
+			p.writes[i].buf = p.writes[i].buf[:0]
 		}
-		return noWait
+		p.writes = p.writes[:0]
+		g.spares = append(g.spares, p)
 	}
-	g := db.newGroup()
-	sync := false
-	var marks []*settleMark
+	clear(g.pending)
+	clear(g.idem)
+	g.order = g.order[:0]
+	g.prepared = g.prepared[:0]
+	g.marks = g.marks[:0]
+	g.db, g.reqs, g.batch, g.err = nil, nil, nil, nil
+	g.records, g.duplicates, g.sync, g.end = 0, false, false, journal.Pos{}
+	if cap(g.block) > 1<<20 {
+		g.block = nil
+	}
+	groupPool.Put(g)
+}
+
+// buildGroup runs in the leader: it validates and places every record of the
+// requests, writes the group's journal block, and advances the leader's head
+// of every anchor touched. The group is then ready for the applier.
+func (db *DB) buildGroup(reqs []*request) *group {
+	g := db.newGroup(reqs)
+	if f := db.failed.Load(); f != nil {
+		g.err = f
+		return g
+	}
 	for _, r := range reqs {
 		if r.settle != nil {
-			marks = append(marks, r.settle)
+			g.marks = append(g.marks, r.settle)
 			continue
 		}
 		g.prepareRequest(r)
 		if r.err == nil && r.sync {
-			sync = true
+			g.sync = true
 		}
-	}
-	fail := func(err error) func() error {
-		_ = g.batch.Close()
-		err = db.fail(err)
-		for _, r := range reqs {
-			if r.err == nil {
-				r.err, r.receipts = err, nil
-			}
-		}
-		return noWait
-	}
-	if err := g.writeSegments(); err != nil {
-		return fail(err)
-	}
-	for _, m := range marks {
-		db.captureSettle(m)
-	}
-	if g.records == 0 && !(g.duplicates && sync) {
-		_ = g.batch.Close()
-		return noWait
 	}
 	for _, p := range g.order {
 		if p.metaDirty {
@@ -118,30 +129,145 @@ func (db *DB) commitGroup(reqs []*request) (wait func() error) {
 			p.stored = true
 		}
 	}
-	_ = g.batch.Set(metaKey(metaClock), be.AppendUint64(nil, g.clock), nil)
-	if err := db.applyBatch(g.batch, sync); err != nil {
-		return fail(err)
-	}
-	g.publish()
-	db.maybeSettle()
-	if !sync {
-		_ = g.batch.Close()
-		return noWait
-	}
-	b := g.batch
-	return func() error {
-		err := b.SyncWait()
-		_ = b.Close()
-		if err != nil {
-			return db.fail(errs.Wrap(errs.CodeWriteFailed, err, "index WAL sync"))
+	if g.records > 0 {
+		be.PutUint32(g.block[journal.HeaderSize:], uint32(g.records))
+		journal.Frame(g.block, db.journal.Gen())
+		var end journal.Pos
+		if g.sync {
+			// The applier writes and fsyncs it, with every group behind it.
+			end = db.journal.AppendBuffered(g.block)
+		} else {
+			// NoSync: the block reaches the OS before the append returns.
+			var err error
+			if end, err = db.journal.Append(g.block); err != nil {
+				g.err = db.fail(errs.Wrap(errs.CodeWriteFailed, err, "journal"))
+				return g
+			}
 		}
-		return nil
+		db.journalBytes += int64(len(g.block))
+		g.end = end
+		db.metrics.groups.Add(1)
+		db.metrics.records.Add(uint64(g.records))
+		db.metrics.journalBytes.Add(uint64(len(g.block)))
+	} else {
+		g.end = db.journal.End()
+	}
+	// The next group continues from here, whether or not this one is applied
+	// yet.
+	for _, p := range g.order {
+		p.a.anchorHead = p.anchorHead
+		if p.tree != nil {
+			p.a.tree = p.tree
+		}
+	}
+	if len(g.idem) > 0 {
+		db.idemMu.Lock()
+		for k, v := range g.idem {
+			db.pendingIdem[k] = v
+		}
+		db.idemMu.Unlock()
+	}
+	db.clock.Store(g.clock)
+	if len(g.marks) > 0 {
+		if err := db.rotateForSettle(g); err != nil {
+			g.err = db.fail(err)
+		}
+	}
+	if db.journalBytes >= db.opts.SettleBytes {
+		select {
+		case db.settleCh <- struct{}{}:
+		default:
+		}
+	}
+	return g
+}
+
+// applyGroup runs in journal order, after the group's journal block is
+// durable (or at once for NoSync): it buffers the segment bytes, applies the
+// index batch and makes the group visible.
+func (db *DB) applyGroup(g *group) {
+	db.applyGroups([]*group{g})
+}
+
+// applyGroups applies consecutive groups, their index batches merged into
+// one: one trip through Pebble's commit pipeline for all of them.
+func (db *DB) applyGroups(groups []*group) {
+	defer func() {
+		for _, g := range groups {
+			db.forgetPendingIdem(g)
+			_ = g.batch.Close()
+		}
+	}()
+	var merged *pebble.Batch
+	for _, g := range groups {
+		if !db.stageGroup(g) {
+			continue
+		}
+		switch {
+		case g.batch.Empty():
+		case merged == nil:
+			merged = g.batch
+		default:
+			_ = merged.Apply(g.batch, nil)
+		}
+	}
+	if merged != nil {
+		if err := db.applyBatch(merged); err != nil {
+			err = db.fail(err)
+			for _, g := range groups {
+				if g.err == nil {
+					g.err = err
+				}
+			}
+			return
+		}
+	}
+	for _, g := range groups {
+		if g.err == nil {
+			g.publish()
+		}
 	}
 }
 
-// applyBatch applies b to the index. Pebble treats a failed commit as fatal;
-// its logger turns that into a panic we recover here as IO_001.
-func (db *DB) applyBatch(b *pebble.Batch, sync bool) (err error) {
+// stageGroup does a group's work before its index batch is applied. It
+// reports whether the group is still good.
+func (db *DB) stageGroup(g *group) bool {
+	if g.err == nil {
+		if f := db.failed.Load(); f != nil {
+			g.err = f
+		}
+	}
+	if g.err != nil {
+		return false
+	}
+	if err := g.bufferSegments(); err != nil {
+		g.err = db.fail(err)
+		return false
+	}
+	for _, m := range g.marks {
+		if err := db.captureSettle(m); err != nil {
+			g.err = db.fail(err)
+			return false
+		}
+	}
+	return true
+}
+
+func (db *DB) forgetPendingIdem(g *group) {
+	if len(g.idem) == 0 {
+		return
+	}
+	db.idemMu.Lock()
+	for k := range g.idem {
+		delete(db.pendingIdem, k)
+	}
+	db.idemMu.Unlock()
+}
+
+// applyBatch applies b to the index (which has no WAL of its own: the
+// journal is its log). Pebble treats a failed commit as fatal; its logger
+// turns that into a panic we recover here as IO_001.
+func (db *DB) applyBatch(b *pebble.Batch) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			pf, ok := r.(pebbleFatal)
@@ -151,12 +277,7 @@ func (db *DB) applyBatch(b *pebble.Batch, sync bool) (err error) {
 			err = errs.New(errs.CodeWriteFailed, "index: %s", string(pf))
 		}
 	}()
-	if sync {
-		err = db.index.ApplyNoSyncWait(b, pebble.Sync)
-	} else {
-		err = db.index.Apply(b, pebble.NoSync)
-	}
-	if err != nil {
+	if err = db.index.Apply(b, pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index apply")
 	}
 	return nil
@@ -166,7 +287,13 @@ func (g *group) pendingFor(a *anchor) *pendingAnchor {
 	if p := g.pending[a]; p != nil {
 		return p
 	}
-	p := &pendingAnchor{a: a, anchorHead: a.snapshot()}
+	var p *pendingAnchor
+	if n := len(g.spares); n > 0 {
+		p, g.spares = g.spares[n-1], g.spares[:n-1]
+	} else {
+		p = &pendingAnchor{}
+	}
+	p.a, p.anchorHead, p.metaDirty = a, a.anchorHead, false
 	g.pending[a] = p
 	g.order = append(g.order, p)
 	return p
@@ -268,6 +395,11 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 		ik = e.Anchor + "\x00" + string(e.IdempotencyKey)
 		prior, found := g.idem[ik]
 		if !found {
+			db.idemMu.Lock()
+			prior, found = db.pendingIdem[ik]
+			db.idemMu.Unlock()
+		}
+		if !found {
 			if prior, found, err = db.lookupIdem(e.Anchor, e.IdempotencyKey); err != nil {
 				return Receipt{}, err
 			}
@@ -354,8 +486,7 @@ func (g *group) seal(p *pendingAnchor) {
 // startSegment opens a new segment file with its header.
 func (g *group) startSegment(p *pendingAnchor) {
 	h := segment.Header{Anchor: p.a.id, Segno: p.segno, FirstSeq: p.head + 1, PrevHash: p.headHash}
-	p.writes = append(p.writes, segWrite{segno: p.segno, offset: 0, create: true})
-	w := &p.writes[len(p.writes)-1]
+	w := p.newWrite(p.segno, 0, true)
 	w.buf = segment.AppendHeader(w.buf, &h)
 	p.segHeader = h.Checksum
 	p.segSize = int64(len(w.buf))
@@ -366,8 +497,19 @@ func (g *group) writeFor(p *pendingAnchor) *segWrite {
 	if n := len(p.writes); n > 0 && p.writes[n-1].segno == p.segno && !p.writes[n-1].seal {
 		return &p.writes[n-1]
 	}
-	p.writes = append(p.writes, segWrite{segno: p.segno, offset: p.segSize})
-	return &p.writes[len(p.writes)-1]
+	return p.newWrite(p.segno, p.segSize, false)
+}
+
+// newWrite starts a write run, reusing a buffer from an earlier group.
+func (p *pendingAnchor) newWrite(segno uint64, offset int64, create bool) *segWrite {
+	if n := len(p.writes); n < cap(p.writes) {
+		p.writes = p.writes[:n+1]
+	} else {
+		p.writes = append(p.writes, segWrite{})
+	}
+	w := &p.writes[len(p.writes)-1]
+	w.segno, w.offset, w.create, w.seal, w.buf = segno, offset, create, false, w.buf[:0]
+	return w
 }
 
 // emit writes a prepared record's index rows into the batch and extends the
@@ -375,26 +517,22 @@ func (g *group) writeFor(p *pendingAnchor) *segWrite {
 func (g *group) emit(pr *preparedRecord) {
 	db, rec, p := g.db, &pr.rec, pr.p
 	frame := p.writes[pr.write].buf[pr.bufStart : pr.bufStart+pr.size]
-	lsn := db.nextLSN
-	db.nextLSN++
-	je := journalEntry{Anchor: rec.Anchor, Segno: pr.segno, Offset: pr.offset, Frame: frame}
-	g.scratch = je.encode(g.scratch[:0])
-	_ = g.batch.Set(journalKey(lsn), g.scratch, nil)
-	db.journalBytes += int64(len(frame))
+	g.block = appendJournalRecord(g.block, rec.Anchor, pr.segno, pr.offset, frame)
 
 	g.scratch = indexRecord(g.batch, rec, pr.segno, pr.offset, pr.size, db.opts.InlineValueMax, g.scratch)
 
 	if p.tree == nil {
 		p.tree = cloneRange(p.a)
+		p.visit = treeAppender{batch: g.batch, anchor: rec.Anchor}.visit
 	}
 	leaf := segment.LeafHash(rec.Hash)
-	_ = p.tree.Append(leaf[:], treeAppender{batch: g.batch, anchor: rec.Anchor}.visit)
+	_ = p.tree.Append(leaf[:], p.visit)
 	g.records++
 }
 
+// cloneRange copies the leader's compact range of a: ranges are extended in
+// place, and the one a group starts from may still be the visible one.
 func cloneRange(a *anchor) *compact.Range {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
 	hs := append([][]byte(nil), a.tree.Hashes()...)
 	r, err := merkleFactory.NewRange(a.tree.Begin(), a.tree.End(), hs)
 	if err != nil {
@@ -403,99 +541,17 @@ func cloneRange(a *anchor) *compact.Range {
 	return r
 }
 
-// writeSegments writes every run of segment bytes of the group, in order.
-// Seals are fsynced at once: a sealed segment is immutable and durable before
-// its successor receives a byte, so recovery never meets a newer segment
-// behind an unsealed one.
-func (g *group) writeSegments() error {
-	for _, p := range g.order {
-		for i := range p.writes {
-			w := &p.writes[i]
-			if len(w.buf) == 0 {
-				continue
-			}
-			if err := g.db.writeSegment(p.a, w); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (db *DB) writeSegment(a *anchor, w *segWrite) error {
-	path := db.segmentPath(a, w.segno)
-	if w.create {
-		if err := db.ensureAnchorDir(a); err != nil {
-			return err
-		}
-		if _, err := db.fs.Stat(path); err == nil {
-			return errs.New(errs.CodeIndexMismatch, "segment %s exists but the index says it is new", path).At(a.id, 0, path, 0)
-		}
-	}
-	cf, err := db.files.acquire(path, true, w.create)
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "open segment %s", path)
-	}
-	_, err = cf.file.WriteAt(w.buf, w.offset)
-	if err == nil && w.seal {
-		err = cf.file.Sync()
-	}
-	db.files.release(cf)
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "write segment %s at %d", path, w.offset)
-	}
-	db.dirtyMu.Lock()
-	if w.create {
-		db.dirtyDirs[a.dir] = struct{}{}
-	}
-	if w.seal {
-		delete(db.dirtyFiles, path)
-	} else {
-		db.dirtyFiles[path] = struct{}{}
-	}
-	db.dirtyMu.Unlock()
-	if w.seal {
-		db.files.forget(path) // reopened read-only when next read
-	}
-	return nil
-}
-
-// ensureAnchorDir creates the anchor's directory once and marks the
-// directories whose entries changed for the next settle.
-func (db *DB) ensureAnchorDir(a *anchor) error {
-	if a.dirReady {
-		return nil
-	}
-	if err := db.fs.MkdirAll(a.dir, 0o755); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "create anchor directory %s", a.dir)
-	}
-	// MkdirAll may have created the fan-out directory and anchors/ as well:
-	// every entry up to the database root must reach the disk.
-	fan := db.fs.PathDir(a.dir)
-	anchors := db.fs.PathDir(fan)
-	db.dirtyMu.Lock()
-	db.dirtyDirs[fan] = struct{}{}
-	db.dirtyDirs[anchors] = struct{}{}
-	db.dirtyDirs[db.fs.PathDir(anchors)] = struct{}{}
-	db.dirtyMu.Unlock()
-	a.mu.Lock()
-	a.dirReady = true
-	a.mu.Unlock()
-	return nil
-}
-
-// publish makes the group's overlay the anchors' state.
+// publish makes the group's anchors' heads visible to readers.
 func (g *group) publish() {
 	for _, p := range g.order {
 		a := p.a
 		a.mu.Lock()
-		a.anchorHead = p.anchorHead
+		a.vis = p.anchorHead
 		if p.tree != nil {
-			a.tree = p.tree
+			a.visTree = p.tree
 		}
 		a.mu.Unlock()
 	}
-	g.db.clock.Store(g.clock)
 }
 
 func (db *DB) lookupIdem(anchor string, key []byte) (idemEntry, bool, error) {

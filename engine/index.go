@@ -47,12 +47,26 @@ func (db *DB) openIndex() (err error) {
 		L0CompactionThreshold:       4,
 		L0StopWritesThreshold:       24,
 		FormatMajorVersion:          pebble.FormatNewest,
+		// The journal is the index's log: every index row is derived from
+		// records already in the journal, and recovery re-derives rows that
+		// a crash lost. Only flushes make index rows durable.
+		DisableWAL: true,
 	}
+	// A flush must never make durable an index row whose record is not yet
+	// durable in the journal (a NoSync group's block may still be unsynced):
+	// sync the journal before any flush writes a table.
+	po.EventListener = &pebble.EventListener{FlushBegin: func(pebble.FlushInfo) {
+		if w := db.flushJournal.Load(); w != nil {
+			if err := w.Sync(); err != nil {
+				_ = db.fail(errs.Wrap(errs.CodeWriteFailed, err, "journal sync before index flush"))
+			}
+		}
+	}}
 	po.EnsureDefaults()
 	if db.opts.PebbleOptions != nil {
 		db.opts.PebbleOptions(po)
 	}
-	po.FS, po.Logger = db.fs, pebbleLogger{db.opts.Logger}
+	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{db.opts.Logger}, true
 	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open index")
@@ -86,23 +100,6 @@ func indexRecord(b *pebble.Batch, rec *segment.Record, segno uint64, offset int6
 		_ = b.Set(idemKey(rec.Anchor, rec.IdempotencyKey), scratch, nil)
 	}
 	return scratch
-}
-
-// lastJournalLSN returns the highest LSN in the journal.
-func (db *DB) lastJournalLSN() (uint64, bool, error) {
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagJourn}, UpperBound: []byte{tagJourn + 1}})
-	if err != nil {
-		return 0, false, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
-	}
-	defer it.Close()
-	if !it.Last() {
-		return 0, false, it.Error()
-	}
-	k := it.Key()
-	if len(k) != 9 {
-		return 0, false, errs.New(errs.CodeIndexMismatch, "malformed journal key %x", k)
-	}
-	return be.Uint64(k[1:]), true, nil
 }
 
 func oserrorIsNotExist(err error) bool { return os.IsNotExist(err) || errorsIsNotExist(err) }

@@ -11,7 +11,6 @@ import (
 //
 //	'a' anchor ‖ …                      anchor metadata (active segment, damage)
 //	'i' anchor ‖ 0x00 ‖ idempotency key  the original receipt and fingerprint
-//	'j' lsn(u64)                         journal: a frame not yet synced in its segment
 //	'k' esc(key) ‖ 0x00 0x01 ‖ ^counter(u64) ‖ desc(anchor)
 //	                                     one version of a key; newest first
 //	'm' name                             database metadata
@@ -27,7 +26,6 @@ import (
 const (
 	tagAnchor = 'a'
 	tagIdem   = 'i'
-	tagJourn  = 'j'
 	tagKey    = 'k'
 	tagMeta   = 'm'
 	tagNode   = 'n'
@@ -59,10 +57,6 @@ func idemKey(anchor string, idem []byte) []byte {
 func nodeKey(anchor string, level uint8, index uint64) []byte {
 	k := append(anchorScoped(tagNode, anchor), level)
 	return be.AppendUint64(k, index)
-}
-
-func journalKey(lsn uint64) []byte {
-	return be.AppendUint64([]byte{tagJourn}, lsn)
 }
 
 // appendEscaped appends key with 0x00 escaped as 0x00 0xFF.
@@ -272,36 +266,6 @@ func decodeIdemEntry(b []byte) (idemEntry, error) {
 	e.Counter = be.Uint64(b[8:])
 	copy(e.Hash[:], b[16:])
 	copy(e.Fingerprint[:], b[16+segment.HashSize:])
-	return e, nil
-}
-
-// journalEntry is the value of a 'j' row: a frame that Pebble's WAL holds
-// durably until the segment it was written to has been fsynced.
-type journalEntry struct {
-	Anchor string
-	Segno  uint64
-	Offset int64
-	Frame  []byte
-}
-
-func (e *journalEntry) encode(dst []byte) []byte {
-	dst = append(dst, byte(len(e.Anchor)))
-	dst = append(dst, e.Anchor...)
-	dst = be.AppendUint64(dst, e.Segno)
-	dst = be.AppendUint64(dst, uint64(e.Offset))
-	return append(dst, e.Frame...)
-}
-
-func decodeJournalEntry(b []byte) (journalEntry, error) {
-	var e journalEntry
-	if len(b) < 1 || len(b) < 1+int(b[0])+16 {
-		return e, fmt.Errorf("journal entry of %d bytes is too short", len(b))
-	}
-	n := int(b[0])
-	e.Anchor = string(b[1 : 1+n])
-	e.Segno = be.Uint64(b[1+n:])
-	e.Offset = int64(be.Uint64(b[9+n:]))
-	e.Frame = b[17+n:]
 	return e, nil
 }
 

@@ -273,6 +273,10 @@ func (r *frameReader) close() {
 
 func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 	path := r.db.fs.PathJoin(r.dir, segment.FileName(e.Segno))
+	end := e.Offset + int64(e.Size)
+	if err := r.db.ensureWritten(r.anchor, e.Segno, end); err != nil {
+		return segment.Record{}, err
+	}
 	if r.file == nil || r.segno != e.Segno {
 		r.close()
 		f, err := r.db.files.acquire(path, false, false)
@@ -284,7 +288,6 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 		}
 		r.file, r.segno, r.buf = f, e.Segno, r.buf[:0]
 	}
-	end := e.Offset + int64(e.Size)
 	if e.Offset < r.bufOff || end > r.bufOff+int64(len(r.buf)) {
 		n := max(int64(e.Size), readAhead)
 		if cap(r.buf) < int(n) {

@@ -78,11 +78,9 @@ func (rc *reconciler) flush(final bool) error {
 	if rc.batch.Empty() || (!final && rc.batch.Len() < 16<<20) {
 		return nil
 	}
-	opt := pebble.NoSync
-	if final {
-		opt = pebble.Sync
-	}
-	if err := rc.batch.Commit(opt); err != nil {
+	// The index has no WAL: settleAll flushes these rows once the segments
+	// they point at are durable.
+	if err := rc.batch.Commit(pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "commit recovered index rows")
 	}
 	_ = rc.batch.Close()
@@ -165,9 +163,7 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 	if a.damaged() != nil {
 		return nil // already reported; the files are left as they are
 	}
-	a.mu.Lock()
 	a.dirReady = true
-	a.mu.Unlock()
 	return rc.reconcileAnchor(a, segs)
 }
 
@@ -262,10 +258,7 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile) error {
 		db.clock.Store(st.lastCounter)
 		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, st.lastCounter), nil)
 	}
-	a.mu.Lock()
-	a.anchorHead = st
-	a.tree = tree
-	a.mu.Unlock()
+	a.publish(st, tree)
 	return nil
 }
 

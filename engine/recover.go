@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -57,6 +58,9 @@ const (
 	EventCut      = "torn_tail_cut"         // a torn or unverifiable tail was cut
 	EventDamaged  = "damaged"               // damage found; the anchor is read-only
 	EventRemoved  = "torn_segment_removed"  // a segment with no whole header was removed
+	// EventJournalEnd: where the journal stopped being readable (a torn last
+	// block), or records past a gap that a torn journal file left.
+	EventJournalEnd = "journal_end"
 )
 
 func (e RecoveryEvent) String() string {
@@ -118,39 +122,59 @@ func (db *DB) recover() error {
 	return db.settleAll()
 }
 
-type journalRow struct {
-	lsn uint64
-	journalEntry
-	rec segment.Record
-}
-
-// replayJournal is step 1.
+// replayJournal is step 1: every frame written since the settle point is
+// put back in its segment where the segment lost or mangled it.
 func (db *DB) replayJournal() error {
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagJourn}, UpperBound: []byte{tagJourn + 1}})
+	var settled journal.Pos
+	if b, ok, err := db.metaBytes(metaSettled); err != nil {
+		return err
+	} else if ok {
+		if settled, err = journal.DecodePos(b); err != nil {
+			return errs.Wrap(errs.CodeIndexMismatch, err, "settle point")
+		}
+	}
+	dir := db.journalDir()
+	gens, err := journal.List(db.fs, dir)
 	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 	}
-	byAnchor := make(map[string][]journalRow)
+	byAnchor := make(map[string][]journalRecord)
 	var order []string
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		je, err := decodeJournalEntry(slices.Clone(it.Value()))
-		if err != nil || len(k) != 9 {
-			_ = it.Close()
-			return errs.Wrap(errs.CodeIndexMismatch, err, "journal row %x", k)
+	for _, gen := range gens {
+		if gen < settled.Gen {
+			continue
 		}
-		rec, n, err := segment.ParseFrame(je.Anchor, je.Frame)
-		if err != nil || n != len(je.Frame) {
-			_ = it.Close()
-			return errs.Wrap(errs.CodeIndexMismatch, err, "journal row %x holds a bad frame for anchor %q", k, je.Anchor)
+		from := int64(0)
+		if gen == settled.Gen {
+			from = settled.Off
 		}
-		if _, seen := byAnchor[je.Anchor]; !seen {
-			order = append(order, je.Anchor)
+		tail, err := journal.ReadFile(db.fs, dir, gen, from, func(b journal.Block) error {
+			return decodeJournalBlock(b.Payload, func(r journalRecord) error {
+				r.Frame = slices.Clone(r.Frame)
+				rec, _, err := segment.ParseFrame(r.Anchor, r.Frame)
+				if err != nil {
+					return err
+				}
+				r.Rec = rec
+				if _, seen := byAnchor[r.Anchor]; !seen {
+					order = append(order, r.Anchor)
+				}
+				byAnchor[r.Anchor] = append(byAnchor[r.Anchor], r)
+				return nil
+			})
+		})
+		if err != nil {
+			// A block whose checksum holds but whose content does not parse
+			// was written wrong: nothing to guess.
+			return errs.Wrap(errs.CodeIndexMismatch, err, "journal %s", journal.FileName(gen))
 		}
-		byAnchor[je.Anchor] = append(byAnchor[je.Anchor], journalRow{lsn: be.Uint64(k[1:]), journalEntry: je, rec: rec})
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "read journal")
+		if tail.Reason != "" {
+			// The end of what was written: a torn last block, or garbage past
+			// it. Nothing there was acknowledged as durable.
+			db.event(RecoveryEvent{Kind: EventJournalEnd, File: db.fs.PathJoin(dir, journal.FileName(gen)),
+				Offset: tail.Pos.Off, Bytes: tail.Size - tail.Pos.Off,
+				Err: errs.New(errs.CodeChainBroken, "journal ends: %s", tail.Reason)})
+		}
 	}
 	for _, id := range order {
 		if err := db.replayAnchor(id, byAnchor[id]); err != nil {
@@ -160,17 +184,19 @@ func (db *DB) replayJournal() error {
 	return nil
 }
 
-func (db *DB) replayAnchor(id string, rows []journalRow) error {
-	a, err := db.getAnchor(id, false)
+func (db *DB) replayAnchor(id string, rows []journalRecord) error {
+	a, err := db.getAnchor(id, true)
 	if err != nil {
 		return err
 	}
-	if a == nil {
-		return errs.New(errs.CodeIndexMismatch, "journal holds records of anchor %q that the index does not know; run rebuild-index", id)
-	}
 	for i := 1; i < len(rows); i++ {
-		if rows[i].rec.Seq != rows[i-1].rec.Seq+1 {
-			return errs.New(errs.CodeIndexMismatch, "journal of anchor %q jumps from seq %d to %d", id, rows[i-1].rec.Seq, rows[i].rec.Seq)
+		if rows[i].Rec.Seq != rows[i-1].Rec.Seq+1 {
+			// Only a journal file torn by a power loss under NoSync can skip:
+			// what follows the gap cannot link and is not restored.
+			db.event(RecoveryEvent{Kind: EventJournalEnd, Anchor: id,
+				Err: errs.New(errs.CodeChainBroken, "journal of anchor %q jumps from seq %d to %d; the records after the gap are dropped", id, rows[i-1].Rec.Seq, rows[i].Rec.Seq)})
+			rows = rows[:i]
+			break
 		}
 	}
 	for start := 0; start < len(rows); {
@@ -180,6 +206,12 @@ func (db *DB) replayAnchor(id string, rows []journalRow) error {
 		}
 		sealed := end < len(rows)
 		if err := db.replaySegment(a, rows[start:end], sealed); err != nil {
+			if errors.Is(err, errJournalHole) {
+				db.event(RecoveryEvent{Kind: EventJournalEnd, Anchor: id,
+					Err: errs.New(errs.CodeChainBroken, "the journal lost records of anchor %q before seq %d; %d later records cannot link and are dropped",
+						id, rows[start].Rec.Seq, len(rows)-start)})
+				return nil
+			}
 			var e *errs.Error
 			if errors.As(err, &e) && e.Code != errs.CodeWriteFailed {
 				db.markDamaged(a, e)
@@ -193,14 +225,14 @@ func (db *DB) replayAnchor(id string, rows []journalRow) error {
 }
 
 // replaySegment makes one segment hold the journal's frames at their offsets.
-func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
+func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error {
 	segno := rows[0].Segno
 	path := db.segmentPath(a, segno)
 	first := rows[0]
 	var want []byte
 	for i, r := range rows {
 		if i > 0 && r.Offset != rows[i-1].Offset+int64(len(rows[i-1].Frame)) {
-			return errs.New(errs.CodeIndexMismatch, "journal frames of segment %s are not contiguous at offset %d", path, r.Offset).At(a.id, r.rec.Seq, path, r.Offset)
+			return errs.New(errs.CodeIndexMismatch, "journal frames of segment %s are not contiguous at offset %d", path, r.Offset).At(a.id, r.Rec.Seq, path, r.Offset)
 		}
 		want = append(want, r.Frame...)
 	}
@@ -209,7 +241,7 @@ func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
 	// from that frame, so it is checked and restored like the frames.
 	base := first.Offset
 	if first.Offset == int64(segment.HeaderSize(a.id)) {
-		h := segment.Header{Anchor: a.id, Segno: segno, FirstSeq: first.rec.Seq, PrevHash: first.rec.PrevHash}
+		h := segment.Header{Anchor: a.id, Segno: segno, FirstSeq: first.Rec.Seq, PrevHash: first.Rec.PrevHash}
 		want = append(segment.AppendHeader(nil, &h), want...)
 		base = 0
 	}
@@ -218,7 +250,7 @@ func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
 			return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
 		}
 		if base != 0 {
-			return errs.New(errs.CodeChainBroken, "segment %s is missing and held settled records before seq %d", path, first.rec.Seq).At(a.id, first.rec.Seq, path, 0)
+			return db.journalHole(a, segno, path, 0, first)
 		}
 		if err := db.fs.MkdirAll(a.dir, 0o755); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "create %s", a.dir)
@@ -236,6 +268,11 @@ func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	} else if st.Size() < base {
+		return db.journalHole(a, segno, path, st.Size(), first)
+	}
 	got := make([]byte, len(want))
 	n, err := f.ReadAt(got, base)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -265,11 +302,35 @@ func (db *DB) replaySegment(a *anchor, rows []journalRow, sealed bool) error {
 	if sealed {
 		// A later segment has journal frames, so this one was sealed — and the
 		// seal fsynced — before any of them was written.
-		if err := db.checkSealAfter(a, f, path, base+int64(len(want)), rows[len(rows)-1].rec); err != nil {
+		if err := db.checkSealAfter(a, f, path, base+int64(len(want)), rows[len(rows)-1].Rec); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// errJournalHole: the journal's records of an anchor do not start where its
+// segment ends, and the index vouches for nothing in between.
+var errJournalHole = errors.New("journal hole")
+
+// journalHole decides what a segment that ends before the journal's first
+// frame for it means. If the index claims records in the missing bytes, they
+// were settled and are lost: damage. Otherwise the journal itself lost the
+// records in between — a journal file of a NoSync session torn by a power
+// loss — and the frames after the hole cannot link: they are dropped.
+func (db *DB) journalHole(a *anchor, segno uint64, path string, size int64, first journalRecord) error {
+	st := a.snapshot()
+	claimed := int64(0)
+	switch {
+	case st.segno == segno:
+		claimed = st.segSize
+	case st.segno > segno:
+		claimed = first.Offset // the index knows a later segment: this one was sealed
+	}
+	if claimed > size {
+		return errs.New(errs.CodeChainBroken, "segment %s is %d bytes but the index has records in it up to byte %d", path, size, claimed).At(a.id, first.Rec.Seq, path, size)
+	}
+	return errJournalHole
 }
 
 func (db *DB) checkSealAfter(a *anchor, f vfs.File, path string, off int64, last segment.Record) error {
@@ -346,8 +407,9 @@ func (db *DB) markDamaged(a *anchor, e *errs.Error) {
 	db.event(RecoveryEvent{Kind: EventDamaged, Anchor: a.id, File: e.File, Offset: e.Offset, Err: e})
 }
 
-// settleAll makes everything recovery touched durable, then trims the whole
-// journal.
+// settleAll makes everything recovery touched durable: the segments it
+// rewrote or adopted, then the index rows it wrote. The journal is restarted
+// afterwards by startJournal, which drops the old files.
 func (db *DB) settleAll() error {
 	db.dirtyMu.Lock()
 	files := make([]string, 0, len(db.dirtyFiles))
@@ -364,20 +426,5 @@ func (db *DB) settleAll() error {
 	if err := db.syncPaths(files, dirs); err != nil {
 		return err
 	}
-	last, ok, err := db.lastJournalLSN()
-	if err != nil {
-		return err
-	}
-	if ok {
-		b := db.index.NewBatch()
-		_ = b.DeleteRange(journalKey(0), journalKey(last+1), nil)
-		_ = b.Set(metaKey(metaSettled), be.AppendUint64(nil, last), nil)
-		err := b.Commit(pebble.Sync)
-		_ = b.Close()
-		if err != nil {
-			return errs.Wrap(errs.CodeWriteFailed, err, "trim journal")
-		}
-		return nil
-	}
-	return db.index.LogData(nil, pebble.Sync)
+	return db.flushIndex()
 }

@@ -5,36 +5,55 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
-	"github.com/cockroachdb/pebble/v2"
+	"github.com/anchordb/anchordb/internal/journal"
 )
 
 // Settling.
 //
-// Appends are made durable by Pebble's WAL: each frame rides in a journal row
-// ('j') of the same batch as its index rows, and segment files are written
-// but not fsynced. Settling makes the segments durable on their own and drops
-// the journal rows behind them:
+// An acknowledged append is durable in the journal; its segment bytes and
+// index rows are written but not fsynced. Settling makes them durable on
+// their own so the journal behind them can be dropped:
 //
-//  1. the commit leader captures the set of segment files and directories
-//     written since the last settle, and the last LSN they hold (a settle mark
-//     rides through group commit, so it sees every group before it);
-//  2. the settler fsyncs those files and directories;
-//  3. it deletes the journal rows up to that LSN.
+//  1. a settle mark rides through group commit: the leader starts a new
+//     journal file (the settle point), and the applier, having applied every
+//     group before the mark, captures the segment files and directories
+//     written since the last settle;
+//  2. the settler fsyncs those files, then directories;
+//  3. it records the settle point in the index and flushes the index (which
+//     has no WAL: a flush is what makes its rows durable);
+//  4. it deletes the journal files before the settle point.
 //
-// A crash anywhere in between leaves journal rows whose frames are already in
-// the segments; recovery rewrites nothing it finds intact. 1,000 anchors
+// A crash anywhere in between leaves journal files whose frames are already
+// in the segments; recovery rewrites nothing it finds intact. 1,000 anchors
 // written in one settle interval cost 1,000 fsyncs once per interval, never
 // per commit.
 
 type settleMark struct {
-	upTo  uint64 // journal rows with lsn <= upTo are in the captured files
+	at    journal.Pos // the settle point: the start of the new journal file
 	files []string
 	dirs  []string
 }
 
-// captureSettle runs in the commit leader.
-func (db *DB) captureSettle(m *settleMark) {
-	m.upTo = db.nextLSN - 1
+// rotateForSettle runs in the leader for a group carrying settle marks.
+func (db *DB) rotateForSettle(g *group) error {
+	pos, err := db.journal.Rotate()
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "rotate journal")
+	}
+	for _, m := range g.marks {
+		m.at = pos
+	}
+	db.journalBytes = 0
+	return nil
+}
+
+// captureSettle runs in the applier, after every group before the mark has
+// buffered its segment bytes: it writes the buffers out and captures what the
+// settler must fsync.
+func (db *DB) captureSettle(m *settleMark) error {
+	if err := db.flushAllBuffers(); err != nil {
+		return err
+	}
 	db.dirtyMu.Lock()
 	for f := range db.dirtyFiles {
 		m.files = append(m.files, f)
@@ -45,10 +64,11 @@ func (db *DB) captureSettle(m *settleMark) {
 	clear(db.dirtyFiles)
 	clear(db.dirtyDirs)
 	db.dirtyMu.Unlock()
-	db.journalBytes = 0
+	return nil
 }
 
-// settle makes every segment written so far durable and trims the journal.
+// settle makes every segment written so far durable, flushes the index and
+// drops the journal behind them.
 func (db *DB) settle() error {
 	db.settleMu.Lock()
 	defer db.settleMu.Unlock()
@@ -68,7 +88,52 @@ func (db *DB) settle() error {
 		// holds their frames and writes have stopped: recovery covers them.
 		return db.fail(err)
 	}
-	return db.trimJournal(m.upTo)
+	if err := db.recordSettled(m.at); err != nil {
+		return err
+	}
+	db.metrics.settles.Add(1)
+	return nil
+}
+
+// recordSettled makes the index durable with the settle point in it, then
+// removes the journal files before the point.
+//
+// The Lamport clock is recorded here too, not per commit: after a crash,
+// recovery visits every anchor and takes the clock past their last counters.
+func (db *DB) recordSettled(at journal.Pos) error {
+	b := db.index.NewBatch()
+	_ = b.Set(metaKey(metaSettled), at.AppendBinary(nil), nil)
+	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)
+	err := db.applyBatch(b)
+	_ = b.Close()
+	if err != nil {
+		return db.fail(errs.Wrap(errs.CodeWriteFailed, err, "record settle point"))
+	}
+	if err := db.flushIndex(); err != nil {
+		return db.fail(err)
+	}
+	if err := journal.RemoveBefore(db.fs, db.journalDir(), at.Gen); err != nil {
+		return db.fail(errs.Wrap(errs.CodeWriteFailed, err, "remove settled journal files"))
+	}
+	return nil
+}
+
+// flushIndex writes the index's memtable to disk: with no WAL, that is what
+// makes index rows durable.
+func (db *DB) flushIndex() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pf, ok := r.(pebbleFatal)
+			if !ok {
+				panic(r)
+			}
+			err = errs.New(errs.CodeWriteFailed, "flush index: %s", string(pf))
+		}
+	}()
+	if err := db.index.Flush(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "flush index")
+	}
+	return nil
 }
 
 // syncPaths fsyncs files, then directories (so a directory entry never
@@ -112,45 +177,12 @@ func (db *DB) syncDir(d string) error {
 	return nil
 }
 
-// trimJournal deletes journal rows up to and including upTo. It need not be
-// durable: rows that survive a crash are found intact and dropped next time.
-func (db *DB) trimJournal(upTo uint64) error {
-	if upTo == 0 {
-		return nil
-	}
-	b := db.index.NewBatch()
-	defer b.Close()
-	_ = b.DeleteRange(journalKey(0), journalKey(upTo+1), nil)
-	_ = b.Set(metaKey(metaSettled), be.AppendUint64(nil, upTo), nil)
-	if err := db.applyBatch(b, false); err != nil {
-		return db.fail(err)
-	}
-	return nil
-}
-
-// maybeSettle wakes the settler when the journal has grown past its bound.
-// It runs in the commit leader.
-func (db *DB) maybeSettle() {
-	if db.journalBytes >= db.opts.SettleBytes {
-		select {
-		case db.settleCh <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// Sync makes every acknowledged append durable in its segment file and trims
-// the journal — what Close does, without closing. Appends made with NoSync
-// are durable once Sync returns.
+// Sync makes every acknowledged append durable in its segment file and in
+// the index — what Close does, without closing. Appends made with NoSync are
+// durable once Sync returns.
 func (db *DB) Sync() error {
 	if err := db.writable(); err != nil {
 		return err
 	}
-	if err := db.settle(); err != nil {
-		return err
-	}
-	if err := db.index.LogData(nil, pebble.Sync); err != nil {
-		return db.fail(errs.Wrap(errs.CodeWriteFailed, err, "index WAL sync"))
-	}
-	return nil
+	return db.settle()
 }

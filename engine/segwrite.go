@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"github.com/anchordb/anchordb/internal/errs"
+)
+
+// Segment writes.
+//
+// A record is durable once its journal block is; its segment bytes only need
+// to reach the file before they are read, sealed or settled. So the applier
+// appends each group's frames to a per-anchor buffer and writes a buffer out
+// when it grows past segBufferFlush, when its segment is sealed, when a
+// reader needs bytes still in it, when all buffers together pass
+// segBufferLimit, and at every settle. Each anchor then costs one write per
+// 64 KiB rather than one per commit group.
+
+const (
+	segBufferFlush = 64 << 10
+	segBufferLimit = 32 << 20
+)
+
+// segBuffer is an anchor's pending segment bytes. It is guarded by the
+// anchor's wmu: the applier fills it, readers and settles may flush it.
+type segBuffer struct {
+	segno  uint64
+	off    int64 // file offset of buf[0]
+	buf    []byte
+	create bool // the file does not exist yet; buf opens with its header
+}
+
+// bufferSegments hands the group's segment bytes to the anchors' buffers.
+// It runs in the applier, in journal order.
+func (g *group) bufferSegments() error {
+	db := g.db
+	for _, p := range g.order {
+		for i := range p.writes {
+			w := &p.writes[i]
+			if len(w.buf) == 0 {
+				continue
+			}
+			if err := db.bufferWrite(p.a, w); err != nil {
+				return err
+			}
+		}
+	}
+	if db.buffered.Load() > segBufferLimit {
+		return db.flushAllBuffers()
+	}
+	return nil
+}
+
+func (db *DB) bufferWrite(a *anchor, w *segWrite) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	sb := &a.wbuf
+	if len(sb.buf) > 0 && (sb.segno != w.segno || sb.off+int64(len(sb.buf)) != w.offset) {
+		if err := db.flushBufferLocked(a); err != nil {
+			return err
+		}
+	}
+	if len(sb.buf) == 0 {
+		sb.segno, sb.off, sb.create = w.segno, w.offset, w.create
+		db.markBuffered(a)
+	}
+	sb.buf = append(sb.buf, w.buf...)
+	db.buffered.Add(int64(len(w.buf)))
+	if w.seal {
+		// A sealed segment is immutable and durable before its successor
+		// receives a byte, so recovery never meets a newer segment behind an
+		// unsealed one.
+		return db.flushBufferLocked(a, withSync)
+	}
+	if len(sb.buf) >= segBufferFlush {
+		return db.flushBufferLocked(a)
+	}
+	return nil
+}
+
+const withSync = true
+
+// flushBufferLocked writes the anchor's buffer to its segment file. With
+// sync it also fsyncs the file and closes it (a seal).
+func (db *DB) flushBufferLocked(a *anchor, sync ...bool) error {
+	sb := &a.wbuf
+	if len(sb.buf) == 0 {
+		return nil
+	}
+	seal := len(sync) > 0 && sync[0]
+	path := db.segmentPath(a, sb.segno)
+	if sb.create {
+		if err := db.ensureAnchorDir(a); err != nil {
+			return err
+		}
+		if _, err := db.fs.Stat(path); err == nil {
+			return errs.New(errs.CodeIndexMismatch, "segment %s exists but the index says it is new", path).At(a.id, 0, path, 0)
+		}
+	}
+	cf, err := db.files.acquire(path, true, sb.create)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "open segment %s", path)
+	}
+	_, err = cf.file.WriteAt(sb.buf, sb.off)
+	if err == nil && seal {
+		err = cf.file.Sync()
+	}
+	db.files.release(cf)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write segment %s at %d", path, sb.off)
+	}
+	db.dirtyMu.Lock()
+	if sb.create {
+		db.dirtyDirs[a.dir] = struct{}{}
+	}
+	if seal {
+		delete(db.dirtyFiles, path)
+	} else {
+		db.dirtyFiles[path] = struct{}{}
+	}
+	db.dirtyMu.Unlock()
+	if seal {
+		db.files.forget(path) // reopened read-only when next read
+	}
+	db.metrics.segmentWrites.Add(1)
+	if seal {
+		db.metrics.seals.Add(1)
+	}
+	db.buffered.Add(-int64(len(sb.buf)))
+	sb.off += int64(len(sb.buf))
+	sb.buf, sb.create = sb.buf[:0], false
+	if cap(sb.buf) > 4*segBufferFlush {
+		sb.buf = nil // a large one-off record: do not keep its buffer
+	}
+	return nil
+}
+
+func (db *DB) markBuffered(a *anchor) {
+	db.bufMu.Lock()
+	db.bufferedAnchors[a] = struct{}{}
+	db.bufMu.Unlock()
+}
+
+// flushAllBuffers writes every anchor's buffer out.
+func (db *DB) flushAllBuffers() error {
+	db.bufMu.Lock()
+	anchors := make([]*anchor, 0, len(db.bufferedAnchors))
+	for a := range db.bufferedAnchors {
+		anchors = append(anchors, a)
+	}
+	clear(db.bufferedAnchors)
+	db.bufMu.Unlock()
+	for _, a := range anchors {
+		a.wmu.Lock()
+		err := db.flushBufferLocked(a)
+		a.wmu.Unlock()
+		if err != nil {
+			return db.fail(err)
+		}
+	}
+	return nil
+}
+
+// ensureWritten makes sure bytes [0, end) of segment segno of the anchor are
+// in the file, not only in its buffer, before a reader reads them.
+func (db *DB) ensureWritten(id string, segno uint64, end int64) error {
+	db.anchorsMu.RLock()
+	a := db.anchors[id]
+	db.anchorsMu.RUnlock()
+	if a == nil {
+		return nil
+	}
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if len(a.wbuf.buf) == 0 || a.wbuf.segno != segno || a.wbuf.off >= end {
+		return nil
+	}
+	if err := db.flushBufferLocked(a); err != nil {
+		return db.fail(err)
+	}
+	return nil
+}
+
+// ensureAnchorDir creates the anchor's directory once and marks the
+// directories whose entries changed for the next settle.
+func (db *DB) ensureAnchorDir(a *anchor) error {
+	if a.dirReady {
+		return nil
+	}
+	if err := db.fs.MkdirAll(a.dir, 0o755); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "create anchor directory %s", a.dir)
+	}
+	// MkdirAll may have created the fan-out directory and anchors/ as well:
+	// every entry up to the database root must reach the disk.
+	fan := db.fs.PathDir(a.dir)
+	anchors := db.fs.PathDir(fan)
+	db.dirtyMu.Lock()
+	db.dirtyDirs[fan] = struct{}{}
+	db.dirtyDirs[anchors] = struct{}{}
+	db.dirtyDirs[db.fs.PathDir(anchors)] = struct{}{}
+	db.dirtyMu.Unlock()
+	a.dirReady = true
+	return nil
+}

@@ -1,0 +1,183 @@
+package journal
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func block(gen uint64, payload []byte) []byte {
+	b := append(make([]byte, HeaderSize), payload...)
+	Frame(b, gen)
+	return b
+}
+
+func readAll(t *testing.T, fs vfs.FS, gen uint64) ([][]byte, Tail) {
+	t.Helper()
+	var got [][]byte
+	tail, err := ReadFile(fs, "j", gen, 0, func(b Block) error {
+		got = append(got, bytes.Clone(b.Payload))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, tail
+}
+
+func TestRoundTripAndBuffering(t *testing.T) {
+	fs := vfs.NewMem()
+	_ = fs.MkdirAll("j", 0o755)
+	w, err := Create(fs, "j", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]byte
+	var last Pos
+	for i := 0; i < 50; i++ {
+		p := []byte(fmt.Sprintf("payload-%d-%s", i, bytes.Repeat([]byte{'x'}, i)))
+		want = append(want, p)
+		if i%3 == 0 {
+			if last, err = w.Append(block(7, p)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			last = w.AppendBuffered(block(7, p))
+		}
+	}
+	if err := w.SyncTo(last); err != nil {
+		t.Fatal(err)
+	}
+	if last != w.End() {
+		t.Fatalf("end %v, last %v", w.End(), last)
+	}
+	got, tail := readAll(t, fs, 7)
+	if len(got) != len(want) || tail.Reason != "" || tail.Pos != last {
+		t.Fatalf("read %d blocks, tail %+v, want %d ending %v", len(got), tail, len(want), last)
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("block %d differs", i)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
+	fs := vfs.NewMem()
+	_ = fs.MkdirAll("j", 0o755)
+	w, _ := Create(fs, "j", 1)
+	var ends []Pos
+	for i := 0; i < 5; i++ {
+		e, err := w.Append(block(1, []byte(fmt.Sprintf("block %d", i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, e)
+	}
+	_ = w.Close()
+	path := "j/" + FileName(1)
+	data, _ := fs.UnsafeGetFileDataBuffer(path)
+	orig := bytes.Clone(data)
+	write := func(b []byte) {
+		f, _ := fs.Create(path, vfs.WriteCategoryUnspecified)
+		_, _ = f.Write(bytes.Clone(b))
+		_ = f.Close()
+	}
+	// Every truncation ends the log at the last whole block before it.
+	for cut := 0; cut < len(orig); cut++ {
+		write(orig[:cut])
+		got, tail := readAll(t, fs, 1)
+		whole := 0
+		for _, e := range ends {
+			if e.Off <= int64(cut) {
+				whole++
+			}
+		}
+		if len(got) != whole {
+			t.Fatalf("cut at %d: read %d blocks, want %d", cut, len(got), whole)
+		}
+		if (tail.Reason == "") != (whole > 0 && ends[whole-1].Off == int64(cut) || cut == 0) {
+			t.Fatalf("cut at %d: tail %+v", cut, tail)
+		}
+	}
+	// Every byte flip is caught by the checksum: the log ends at that block.
+	for i := range orig {
+		b := bytes.Clone(orig)
+		b[i] ^= 0x40
+		write(b)
+		got, tail := readAll(t, fs, 1)
+		if tail.Reason == "" || len(got) >= 5 {
+			t.Fatalf("flip at %d: read %d blocks, tail %+v", i, len(got), tail)
+		}
+	}
+	// A valid block of another generation does not pass for this one.
+	write(append(bytes.Clone(orig), block(2, []byte("from gen 2"))...))
+	got, tail := readAll(t, fs, 1)
+	if len(got) != 5 || tail.Reason != "checksum mismatch" {
+		t.Fatalf("foreign block: %d blocks, tail %+v", len(got), tail)
+	}
+}
+
+func TestRotateSyncsOldFile(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	_ = mem.MkdirAll("j", 0o755)
+	d, _ := mem.OpenDir("")
+	_ = d.Sync()
+	_ = d.Close()
+	w, err := Create(mem, "j", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.AppendBuffered(block(1, []byte("old")))
+	next, err := w.Rotate()
+	if err != nil || next != (Pos{Gen: 2}) {
+		t.Fatalf("rotate: %v %v", next, err)
+	}
+	e := w.AppendBuffered(block(2, []byte("new")))
+	if err := w.SyncTo(e); err != nil {
+		t.Fatal(err)
+	}
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	got1, _ := readAll(t, crashed, 1)
+	got2, _ := readAll(t, crashed, 2)
+	if len(got1) != 1 || len(got2) != 1 {
+		t.Fatalf("after crash: gen1 %d blocks, gen2 %d blocks", len(got1), len(got2))
+	}
+	gens, _ := List(crashed, "j")
+	if fmt.Sprint(gens) != "[1 2]" {
+		t.Fatalf("gens %v", gens)
+	}
+	if err := RemoveBefore(mem, "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	if gens, _ := List(mem, "j"); fmt.Sprint(gens) != "[2]" {
+		t.Fatalf("after RemoveBefore: %v", gens)
+	}
+}
+
+func TestConcurrentSyncers(t *testing.T) {
+	fs := vfs.NewMem()
+	_ = fs.MkdirAll("j", 0o755)
+	w, _ := Create(fs, "j", 1)
+	done := make(chan error)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200; i++ {
+		e := w.AppendBuffered(block(1, make([]byte, 1+r.IntN(300))))
+		go func() { done <- w.SyncTo(e) }()
+	}
+	for i := 0; i < 200; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, tail := readAll(t, fs, 1)
+	if len(got) != 200 || tail.Reason != "" {
+		t.Fatalf("read %d, tail %+v", len(got), tail)
+	}
+}
