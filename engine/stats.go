@@ -93,6 +93,10 @@ type Stats struct {
 // Stats counts anchors, records and bytes. It walks the segment directories,
 // so it costs a directory listing per anchor.
 func (db *DB) Stats(ctx context.Context) (Stats, error) {
+	// Count segment bytes still in the write buffers as written.
+	if err := db.flushAllBuffers(); err != nil {
+		return Stats{}, err
+	}
 	s := Stats{Dir: db.dir, ID: db.id, Durability: db.opts.DurabilityMode(), Clock: db.clock.Load(), OpenFiles: db.files.open()}
 	s.InFlightRecords, s.InFlightBytes = db.adm.inFlight()
 	for info, err := range db.Anchors(ctx) {

@@ -348,6 +348,10 @@ func FuzzRecordRoundTrip(f *testing.F) {
 		r := segment.Record{Anchor: anchor, Seq: seq, Counter: counter, Time: tm, Type: typ,
 			Key: key, Value: value, IdempotencyKey: idem}
 		copy(r.PrevHash[:], prev)
+		if seq == 1 {
+			// A first segment must link to the genesis hash.
+			r.PrevHash = segment.GenesisHash(anchor)
+		}
 		// Validation never panics; what it refuses is INPUT_001.
 		if err := segment.ValidateContent(anchor, typ, key, value, idem, segment.DefaultLimits()); err != nil {
 			if errs.CodeOf(err) != errs.CodeInvalidInput {
