@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"context"
+	"iter"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/merge"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The merged view (SPEC §1, §4): every anchor's log in one order by
+// (counter, anchor id bytes), numbered from 1. It is streamed by a k-way
+// merge that holds a few records per anchor, never a whole log.
+
+// Frontier returns the current frontier: every anchor with at least one
+// record, at its visible head. Any such vector is a valid frontier (a prefix
+// of every log), so anchors are read one after another without a global
+// pause.
+func (db *DB) Frontier(ctx context.Context) (merge.Frontier, error) {
+	f := merge.Frontier{}
+	for info, err := range db.Anchors(ctx) {
+		if err != nil {
+			return nil, err
+		}
+		if info.Records > 0 {
+			f[info.ID] = info.Records
+		}
+	}
+	return f, nil
+}
+
+// checkFrontier refuses a frontier that names an unknown anchor or a seq
+// beyond an anchor's head (STATE_003).
+func (db *DB) checkFrontier(f merge.Frontier) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
+	for _, id := range f.Anchors() {
+		info, ok, err := db.AnchorInfo(id)
+		if err != nil {
+			return err
+		}
+		if !ok || info.Records < f[id] {
+			have := uint64(0)
+			if ok {
+				have = info.Records
+			}
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %d records", f[id], id, have)
+			e.Anchor, e.Seq = id, f[id]
+			return e
+		}
+	}
+	return nil
+}
+
+// MergedOptions select part of the merged view.
+type MergedOptions struct {
+	// From is the first position to return (1-based); 0 or 1 start at the
+	// beginning. Earlier records are still read to number the stream.
+	From uint64
+	// Frontier bounds the view; nil means the current frontier.
+	Frontier merge.Frontier
+}
+
+// Merged streams the merged view with global positions. Memory is a small
+// buffer per anchor, independent of the length of the logs. A yielded record
+// is the caller's to keep.
+func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Positioned, error] {
+	return func(yield func(merge.Positioned, error) bool) {
+		f := opts.Frontier
+		if f == nil {
+			var err error
+			if f, err = db.Frontier(ctx); err != nil {
+				yield(merge.Positioned{}, err)
+				return
+			}
+		} else if err := db.checkFrontier(f); err != nil {
+			yield(merge.Positioned{}, err)
+			return
+		}
+		anchors := f.Anchors()
+		// A refill reads this many records of one anchor at a time: enough to
+		// amortise a seek, small enough that 100,000 anchors stay in memory.
+		batch := uint64(max(4, min(256, (1<<16)/max(1, len(anchors)))))
+		sources := make([]merge.Source, 0, len(anchors))
+		for _, id := range anchors {
+			if f[id] == 0 {
+				continue
+			}
+			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: 1, last: f[id], batch: batch})
+		}
+		var mo []merge.Option
+		if opts.From > 1 {
+			mo = append(mo, merge.WithFrom(opts.From))
+		}
+		for p, err := range merge.Merge(ctx, sources, mo...) {
+			if err != nil {
+				yield(merge.Positioned{}, err)
+				return
+			}
+			if !yield(p, nil) {
+				return
+			}
+		}
+	}
+}
+
+// logSource reads one anchor's records [next, last] in small batches.
+type logSource struct {
+	db     *DB
+	ctx    context.Context
+	anchor string
+	next   uint64
+	last   uint64
+	batch  uint64
+	buf    []segment.Record
+	pos    int
+}
+
+func (s *logSource) Next() (segment.Record, bool, error) {
+	if s.pos == len(s.buf) {
+		if s.next > s.last {
+			return segment.Record{}, false, nil
+		}
+		to := min(s.last, s.next+s.batch-1)
+		s.buf, s.pos = s.buf[:0], 0
+		for rec, err := range s.db.Log(s.ctx, s.anchor, s.next, to) {
+			if err != nil {
+				return segment.Record{}, false, err
+			}
+			s.buf = append(s.buf, rec)
+		}
+		if uint64(len(s.buf)) != to-s.next+1 {
+			e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.next, to)
+			e.Anchor, e.Seq = s.anchor, s.next+uint64(len(s.buf))
+			return segment.Record{}, false, e
+		}
+		s.next = to + 1
+	}
+	rec := s.buf[s.pos]
+	s.pos++
+	return rec, true, nil
+}
+
+// MergedRoot returns the RFC 6962 root over the record hashes of the merged
+// view at a frontier (nil: the current one) and its size: two databases with
+// the same records have the same root.
+func (db *DB) MergedRoot(ctx context.Context, f merge.Frontier) (segment.Hash, uint64, error) {
+	return merge.Root(db.Merged(ctx, MergedOptions{Frontier: f}))
+}
+
+// GetAt returns the value of key in the state at frontier f: the last put or
+// delete of it in merged order among the records f contains. A key with no
+// such version, or deleted, returns ErrNotFound.
+func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version, error) {
+	if err := f.Validate(); err != nil {
+		return Version{}, err
+	}
+	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
+		return Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
+	}
+	lower := keyPrefix(key)
+	upper := append(lower[:len(lower)-1:len(lower)-1], 2)
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	// Versions are newest first: the first one inside f wins.
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return Version{}, err
+		}
+		_, _, anchor, err := parseVersionKey(it.Key())
+		if err != nil {
+			return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index")
+		}
+		ve, err := decodeVersionEntry(it.Value())
+		if err != nil {
+			return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
+		}
+		if !f.Contains(anchor, ve.Seq) {
+			continue
+		}
+		v, err := db.decodeVersion(ctx, it.Key(), it.Value())
+		if err != nil {
+			return Version{}, err
+		}
+		if v.Deleted {
+			return Version{Key: key, Deleted: true, Receipt: v.Receipt}, ErrNotFound
+		}
+		return v, nil
+	}
+	if err := it.Error(); err != nil {
+		return Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	return Version{Key: key}, ErrNotFound
+}

@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/anchordb/anchordb/merge"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"pgregory.net/rapid"
+)
+
+// mergeAnchors sort differently by locale than by bytes: "Z" < "a" < "e\u0301"
+// < "é" < "ä" as bytes.
+var mergeAnchors = []string{"Z", "a", "é", "e\u0301", "ä", "a/b", "../x"}
+
+type plannedAppend struct {
+	anchor  string
+	counter uint64 // 0: the clock assigns one
+	typ     string
+	key     string
+	value   string
+}
+
+// genLogs draws per-anchor logs with caller-supplied counters (increasing per
+// anchor, with ties across anchors) and some clock-assigned ones.
+func genLogs(t *rapid.T) []plannedAppend {
+	var out []plannedAppend
+	n := rapid.IntRange(1, 60).Draw(t, "n")
+	last := map[string]uint64{}
+	for i := 0; i < n; i++ {
+		a := rapid.SampledFrom(mergeAnchors).Draw(t, "anchor")
+		c := last[a] + uint64(rapid.IntRange(1, 3).Draw(t, "step"))
+		last[a] = c
+		typ := rapid.SampledFrom([]string{"put", "put", "delete", "EVENT"}).Draw(t, "type")
+		k := fmt.Sprintf("k%d", rapid.IntRange(0, 5).Draw(t, "key"))
+		if typ == "EVENT" {
+			k = ""
+		}
+		out = append(out, plannedAppend{anchor: a, counter: c, typ: typ, key: k, value: fmt.Sprintf("v%d", i)})
+	}
+	return out
+}
+
+func appendPlanned(t *rapid.T, db *DB, plan []plannedAppend) {
+	for _, p := range plan {
+		// Fixed times: the same records must hash the same in every database.
+		e := Entry{Anchor: p.anchor, Type: p.typ, Counter: p.counter, Time: time.Unix(1_700_000_000, int64(p.counter))}
+		if p.key != "" {
+			e.Key = []byte(p.key)
+		}
+		if p.typ != "delete" {
+			e.Value = []byte(p.value)
+		}
+		if _, err := db.Append(context.Background(), e); err != nil {
+			t.Fatalf("append %+v: %v", p, err)
+		}
+	}
+}
+
+// reference sorts every record by (counter, anchor bytes) and replays it.
+func reference(t *rapid.T, db *DB, f merge.Frontier) ([]segment.Record, map[string]string) {
+	var all []segment.Record
+	for _, a := range f.Anchors() {
+		for rec, err := range db.Log(context.Background(), a, 1, f[a]) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, rec)
+		}
+	}
+	slices.SortFunc(all, func(x, y segment.Record) int {
+		if x.Counter != y.Counter {
+			if x.Counter < y.Counter {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case x.Anchor < y.Anchor: // Go string comparison is byte order
+			return -1
+		case x.Anchor > y.Anchor:
+			return 1
+		}
+		return 0
+	})
+	state := map[string]string{}
+	for _, r := range all {
+		switch r.Type {
+		case "put":
+			state[string(r.Key)] = string(r.Value)
+		case "delete":
+			delete(state, string(r.Key))
+		}
+	}
+	return all, state
+}
+
+func TestMergedOrderIsDeterministic(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		plan := genLogs(t)
+		// The same per-anchor logs, appended in another interleaving.
+		perm := slices.Clone(plan)
+		seen := map[string]int{}
+		order := rapid.Permutation(perm).Draw(t, "order")
+		// Keep each anchor's own order: reassign the permuted slots in order.
+		byAnchor := map[string][]plannedAppend{}
+		for _, p := range plan {
+			byAnchor[p.anchor] = append(byAnchor[p.anchor], p)
+		}
+		for i, p := range order {
+			perm[i] = byAnchor[p.anchor][seen[p.anchor]]
+			seen[p.anchor]++
+		}
+		var roots []segment.Hash
+		for _, pl := range [][]plannedAppend{plan, perm} {
+			fs := vfs.NewMem()
+			db, err := Open("db", Options{FS: fs, SegmentSize: 4096})
+			if err != nil {
+				t.Fatal(err)
+			}
+			appendPlanned(t, db, pl)
+			ctx := context.Background()
+			f, err := db.Frontier(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, state := reference(t, db, f)
+			var got []segment.Record
+			for p, err := range db.Merged(ctx, MergedOptions{}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if p.Pos != uint64(len(got)+1) {
+					t.Fatalf("position %d at index %d", p.Pos, len(got))
+				}
+				got = append(got, p.Record)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("merged %d records, reference %d", len(got), len(want))
+			}
+			for i := range got {
+				if got[i].Hash != want[i].Hash {
+					t.Fatalf("position %d: %s/%d, reference %s/%d", i+1, got[i].Anchor, got[i].Seq, want[i].Anchor, want[i].Seq)
+				}
+			}
+			for k := 0; k < 6; k++ {
+				key := fmt.Sprintf("k%d", k)
+				v, err := db.Get(ctx, []byte(key))
+				w, ok := state[key]
+				if ok != (err == nil) || (ok && string(v.Value) != w) {
+					t.Fatalf("get %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
+				}
+			}
+			// A frontier of a prefix of each log: GetAt equals a replay of it.
+			half := merge.Frontier{}
+			for a, s := range f {
+				half[a] = rapid.Uint64Range(0, s).Draw(t, "cut")
+			}
+			_, hstate := reference(t, db, half)
+			for k := 0; k < 6; k++ {
+				key := fmt.Sprintf("k%d", k)
+				v, err := db.GetAt(ctx, []byte(key), half)
+				w, ok := hstate[key]
+				if ok != (err == nil) || (ok && string(v.Value) != w) || (!ok && !errors.Is(err, ErrNotFound)) {
+					t.Fatalf("getat %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
+				}
+			}
+			root, n, err := db.MergedRoot(ctx, nil)
+			if err != nil || n != uint64(len(want)) {
+				t.Fatalf("merged root: %v n=%d", err, n)
+			}
+			roots = append(roots, root)
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if roots[0] != roots[1] {
+			t.Fatalf("the same records in another append order give another merged root")
+		}
+	})
+}
+
+func TestMergedTiesBreakByAnchorBytes(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, memOpts(fs))
+	defer db.Close()
+	for _, a := range []string{"é", "a", "Z", "e\u0301", "ä"} {
+		if _, err := db.Append(ctx, Entry{Anchor: a, Type: "put", Key: []byte("x"), Value: []byte(a), Counter: 7}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for p, err := range db.Merged(ctx, MergedOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p.Record.Anchor)
+	}
+	want := []string{"Z", "a", "e\u0301", "ä", "é"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("merged %q, want %q", got, want)
+	}
+	v, err := db.Get(ctx, []byte("x"))
+	if err != nil || string(v.Value) != "é" {
+		t.Fatalf("get = %q %v, want the highest anchor bytes (é)", v.Value, err)
+	}
+	for p, err := range db.Merged(ctx, MergedOptions{From: 4}) {
+		if err != nil || p.Pos < 4 {
+			t.Fatalf("from 4: %+v %v", p, err)
+		}
+	}
+	if _, err := db.GetAt(ctx, []byte("x"), merge.Frontier{"nope": 1}); err != nil && !errors.Is(err, ErrNotFound) {
+		t.Fatalf("getat with an unknown anchor: %v", err)
+	}
+	for _, err := range db.Merged(ctx, MergedOptions{Frontier: merge.Frontier{"a": 5}}) {
+		if !errors.Is(err, ErrDependencyMissing) {
+			t.Fatalf("a frontier past the head: %v, want STATE_003", err)
+		}
+	}
+}
