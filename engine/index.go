@@ -84,7 +84,7 @@ func indexRecord(b *pebble.Batch, rec *segment.Record, segno uint64, offset int6
 	scratch = se.encode(scratch[:0])
 	_ = b.Set(seqKey(rec.Anchor, rec.Seq), scratch, nil)
 	if rec.IsKV() {
-		ve := versionEntry{Type: verPut, Seq: rec.Seq, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
+		ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
 		if rec.Type == segment.TypeDelete {
 			ve.Type = verDelete
 		} else if len(rec.Value) <= inlineMax {

@@ -192,6 +192,7 @@ const (
 type versionEntry struct {
 	Type   byte
 	Seq    uint64
+	Time   int64 // the record's time, for snapshots that outlive the log
 	Hash   segment.Hash
 	Segno  uint64
 	Offset int64
@@ -203,6 +204,7 @@ type versionEntry struct {
 func (v *versionEntry) encode(dst []byte) []byte {
 	dst = append(dst, v.Type)
 	dst = be.AppendUint64(dst, v.Seq)
+	dst = be.AppendUint64(dst, uint64(v.Time))
 	dst = append(dst, v.Hash[:]...)
 	dst = be.AppendUint64(dst, v.Segno)
 	dst = be.AppendUint64(dst, uint64(v.Offset))
@@ -214,7 +216,7 @@ func (v *versionEntry) encode(dst []byte) []byte {
 	return append(dst, 0)
 }
 
-const versionFixed = 1 + 8 + segment.HashSize + 8 + 8 + 4 + 1
+const versionFixed = 1 + 8 + 8 + segment.HashSize + 8 + 8 + 4 + 1
 
 func decodeVersionEntry(b []byte) (versionEntry, error) {
 	var v versionEntry
@@ -223,8 +225,9 @@ func decodeVersionEntry(b []byte) (versionEntry, error) {
 	}
 	v.Type = b[0]
 	v.Seq = be.Uint64(b[1:])
-	copy(v.Hash[:], b[9:])
-	p := 9 + segment.HashSize
+	v.Time = int64(be.Uint64(b[9:]))
+	copy(v.Hash[:], b[17:])
+	p := 17 + segment.HashSize
 	v.Segno = be.Uint64(b[p:])
 	v.Offset = int64(be.Uint64(b[p+8:]))
 	v.Size = be.Uint32(b[p+16:])

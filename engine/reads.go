@@ -16,6 +16,7 @@ type Version struct {
 	Key     []byte
 	Value   []byte
 	Deleted bool
+	Time    int64 // the record time, Unix nanoseconds
 	Receipt
 }
 
@@ -67,7 +68,7 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 	if err != nil {
 		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
 	}
-	out := Version{Key: key, Deleted: ve.Type == verDelete,
+	out := Version{Key: key, Deleted: ve.Type == verDelete, Time: ve.Time,
 		Receipt: Receipt{Anchor: anchor, Seq: ve.Seq, Counter: counter, Hash: ve.Hash}}
 	switch {
 	case out.Deleted:
