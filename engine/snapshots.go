@@ -230,4 +230,3 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier) (uint64, segmen
 	}
 	return n, h.Sum(), nil
 }
-
