@@ -2,6 +2,8 @@ package engine
 
 import (
 	"sync"
+
+	"github.com/anchordb/anchordb/segment"
 )
 
 // Group commit.
@@ -33,6 +35,7 @@ type committer struct {
 // settle mark.
 type request struct {
 	entries  []Entry
+	verbatim []segment.Record // ingested records, appended as they are
 	sync     bool
 	receipts []Receipt
 	err      error
@@ -49,13 +52,13 @@ var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan st
 
 func newRequest() *request {
 	r := requestPool.Get().(*request)
-	r.entries, r.receipts, r.err, r.settle = nil, nil, nil, nil
+	r.entries, r.verbatim, r.receipts, r.err, r.settle = nil, nil, nil, nil, nil
 	r.sync, r.lead = false, false
 	return r
 }
 
 func freeRequest(r *request) {
-	r.entries, r.receipts, r.settle = nil, nil, nil
+	r.entries, r.verbatim, r.receipts, r.settle = nil, nil, nil, nil
 	requestPool.Put(r)
 }
 

@@ -350,6 +350,10 @@ func (g *group) undo(u *requestUndo) {
 // emits them into the batch. On any refusal the overlay is restored and r
 // fails as a whole.
 func (g *group) prepareRequest(r *request) {
+	if r.verbatim != nil {
+		g.prepareVerbatimRequest(r)
+		return
+	}
 	var u *requestUndo
 	if len(r.entries) > 1 {
 		u = &requestUndo{heads: make(map[*pendingAnchor]pendingSnap), nOrder: len(g.order), clock: g.clock}
@@ -363,6 +367,26 @@ func (g *group) prepareRequest(r *request) {
 				g.undo(u)
 				err = fmt.Errorf("entry %d: %w", i, err)
 			}
+			r.err = err
+			return
+		}
+		receipts[i] = rc
+	}
+	for i := range g.prepared {
+		g.emit(&g.prepared[i])
+	}
+	r.receipts = receipts
+}
+
+// prepareVerbatimRequest is prepareRequest for ingested records.
+func (g *group) prepareVerbatimRequest(r *request) {
+	u := &requestUndo{heads: make(map[*pendingAnchor]pendingSnap), nOrder: len(g.order), clock: g.clock}
+	g.prepared = g.prepared[:0]
+	receipts := make([]Receipt, len(r.verbatim))
+	for i := range r.verbatim {
+		rc, err := g.prepareVerbatim(r.verbatim[i], u)
+		if err != nil {
+			g.undo(u)
 			r.err = err
 			return
 		}
@@ -439,10 +463,18 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 		Type: e.Type, Key: e.Key, Value: e.Value, IdempotencyKey: e.IdempotencyKey,
 		PrevHash: p.headHash,
 	}
+	g.place(p, &rec, fp, ik, u)
+	return Receipt{Anchor: e.Anchor, Seq: rec.Seq, Counter: counter, Hash: rec.Hash}, nil
+}
+
+// place writes rec (seq, counter, prev_hash set; hash computed here) into the
+// anchor's segment runs, sealing and starting segments as needed, and
+// advances the group's overlay of the anchor. It cannot fail.
+func (g *group) place(p *pendingAnchor, rec *segment.Record, fp segment.Hash, ik string, u *requestUndo) {
 	size := rec.FrameSize()
 	if p.segno == 0 {
 		p.segno, p.segFirst, p.metaDirty = 1, 1, true
-	} else if p.segSize > 0 && p.segCount > 0 && p.segSize+int64(size) > db.opts.SegmentSize {
+	} else if p.segSize > 0 && p.segCount > 0 && p.segSize+int64(size) > g.db.opts.SegmentSize {
 		g.seal(p)
 	}
 	if p.segSize == 0 {
@@ -451,23 +483,79 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 	w := g.writeFor(p)
 	wi := len(p.writes) - 1
 	start := len(w.buf)
-	w.buf = segment.AppendFrame(w.buf, &rec)
-	g.prepared = append(g.prepared, preparedRecord{p: p, rec: rec, segno: p.segno, offset: p.segSize, write: wi, bufStart: start, size: size})
+	w.buf = segment.AppendFrame(w.buf, rec)
+	g.prepared = append(g.prepared, preparedRecord{p: p, rec: *rec, segno: p.segno, offset: p.segSize, write: wi, bufStart: start, size: size})
 
-	p.head, p.headHash, p.lastCounter = rec.Seq, rec.Hash, counter
+	p.head, p.headHash, p.lastCounter = rec.Seq, rec.Hash, rec.Counter
 	p.segSize += int64(size)
 	p.segCount++
-	g.clock = max(g.clock, counter)
+	g.clock = max(g.clock, rec.Counter)
 	if ik != "" {
 		if g.idem == nil {
 			g.idem = make(map[string]idemEntry)
 		}
-		g.idem[ik] = idemEntry{Seq: rec.Seq, Counter: counter, Hash: rec.Hash, Fingerprint: fp}
+		g.idem[ik] = idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: fp}
 		if u != nil {
 			u.idemKeys = append(u.idemKeys, ik)
 		}
 	}
-	return Receipt{Anchor: e.Anchor, Seq: rec.Seq, Counter: counter, Hash: rec.Hash}, nil
+}
+
+// prepareVerbatim places a record written elsewhere (ingest) exactly as it
+// is: it must continue the anchor's chain — next seq, linked prev_hash, a
+// higher counter — and its content must hash to its hash.
+func (g *group) prepareVerbatim(rec segment.Record, u *requestUndo) (Receipt, error) {
+	db := g.db
+	a, err := db.getAnchor(rec.Anchor, true)
+	if err != nil {
+		return Receipt{}, err
+	}
+	if d := a.damaged(); d != nil {
+		return Receipt{}, d
+	}
+	p := g.pendingFor(a)
+	if u != nil {
+		u.touch(p)
+	}
+	refuse := func(code errs.Code, format string, args ...any) (Receipt, error) {
+		e := errs.New(code, format, args...)
+		e.Anchor, e.Seq = rec.Anchor, rec.Seq
+		return Receipt{}, e
+	}
+	switch {
+	case rec.Seq != p.head+1:
+		return refuse(errs.CodeConflict, "record seq %d of anchor %q does not follow its head (seq %d)", rec.Seq, rec.Anchor, p.head)
+	case rec.PrevHash != p.headHash:
+		return refuse(errs.CodeConflict, "record seq %d of anchor %q does not link to its head %s: a fork", rec.Seq, rec.Anchor, p.headHash)
+	case rec.Counter <= p.lastCounter || rec.Counter > MaxCounter:
+		return refuse(errs.CodeConflict, "record seq %d of anchor %q has counter %d, not above %d", rec.Seq, rec.Anchor, rec.Counter, p.lastCounter)
+	case rec.ComputeHash() != rec.Hash:
+		return refuse(errs.CodeHashMismatch, "record seq %d of anchor %q does not hash to its stored hash", rec.Seq, rec.Anchor)
+	}
+	var fp segment.Hash
+	var ik string
+	if len(rec.IdempotencyKey) > 0 {
+		fp = segment.Fingerprint(rec.Type, rec.Key, rec.Value)
+		ik = rec.Anchor + "\x00" + string(rec.IdempotencyKey)
+		_, found := g.idem[ik]
+		if !found {
+			db.idemMu.Lock()
+			_, found = db.pendingIdem[ik]
+			db.idemMu.Unlock()
+		}
+		if !found {
+			if _, found, err = db.lookupIdem(rec.Anchor, rec.IdempotencyKey); err != nil {
+				return Receipt{}, err
+			}
+		}
+		if found {
+			return refuse(errs.CodeConflict, "record seq %d of anchor %q reuses idempotency key %q", rec.Seq, rec.Anchor, rec.IdempotencyKey)
+		}
+	}
+	// place re-encodes the record; the encoding is canonical, so the hash it
+	// computes is the one just checked.
+	g.place(p, &rec, fp, ik, u)
+	return Receipt{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash}, nil
 }
 
 // seal ends the active segment with its footer; the next record starts a

@@ -1,0 +1,403 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+)
+
+// Ingest: the partition case. Anchors written in another anchordb directory
+// are verified record by record and joined to this database. An anchor we
+// do not hold is copied whole; one we hold must either be behind the arriving
+// log (its records are a prefix of it: the rest is appended) or ahead of it
+// (nothing to do). Anything else is a fork: the two logs disagree at some
+// seq, and the whole ingest is refused with STATE_002 naming both heads.
+// Records are appended exactly as they were written — seq, counter, time,
+// prev_hash, hash — so every receipt and proof from the other side stays
+// valid here, and the Lamport clock moves past the arriving counters.
+
+// IngestOptions select what to ingest.
+type IngestOptions struct {
+	// Anchors limits the ingest to these anchors; nil means every anchor of
+	// the source.
+	Anchors []string
+	// Progress, if set, is called after each batch of appended records.
+	Progress func(done, total uint64)
+}
+
+// IngestedAnchor is what happened to one anchor.
+type IngestedAnchor struct {
+	Anchor   string       `json:"anchor"`
+	Status   string       `json:"status"` // "new", "extended", "up_to_date"
+	Had      uint64       `json:"had"`    // our head before
+	Arrived  uint64       `json:"arrived"`
+	Appended uint64       `json:"appended"`
+	Head     segment.Hash `json:"head"`
+}
+
+// IngestReport sums up an ingest.
+type IngestReport struct {
+	From     string           `json:"from"`
+	Anchors  []IngestedAnchor `json:"anchors"`
+	Appended uint64           `json:"appended"`
+}
+
+// ForkError is the STATE_002 refusal of an ingest whose logs disagree.
+type ForkError struct {
+	Anchor   string
+	Seq      uint64       // the first seq where the logs differ (or are checked)
+	Ours     segment.Hash // our hash at Seq
+	Theirs   segment.Hash // the arriving hash at Seq
+	OurHead  Receipt
+	TheirSeq uint64 // the arriving log's head seq
+	TheirHd  segment.Hash
+	err      *errs.Error
+}
+
+func (e *ForkError) Error() string { return e.err.Error() }
+
+// Unwrap exposes the coded *Error.
+func (e *ForkError) Unwrap() error { return e.err }
+
+// sourceAnchor is one anchor's log found in the source directory.
+type sourceAnchor struct {
+	id    string
+	dir   string
+	segs  []segFile
+	first uint64 // seq of its first record
+	head  uint64
+	hash  segment.Hash
+}
+
+// Ingest verifies and joins anchors from the anchordb directory from. The
+// source must not be open for writing (its lock is taken for the duration);
+// a source that was not closed cleanly must be opened and closed once first,
+// so that its segments hold everything it acknowledged.
+func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (IngestReport, error) {
+	rep := IngestReport{From: from}
+	if err := db.writable(); err != nil {
+		return rep, err
+	}
+	lock, err := lockDir(db.fs, from)
+	if err != nil {
+		return rep, err
+	}
+	defer lock.Close()
+	srcs, err := db.findSourceAnchors(from, opts.Anchors)
+	if err != nil {
+		return rep, err
+	}
+	// Pass 1: verify every arriving log completely, and decide, before
+	// anything is joined.
+	type plan struct {
+		src *sourceAnchor
+		had uint64
+	}
+	var plans []plan
+	var total uint64
+	for _, s := range srcs {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		if err := db.scanSource(ctx, s, 0, nil); err != nil {
+			return rep, err
+		}
+		info, _, err := db.AnchorInfo(s.id)
+		if err != nil {
+			return rep, err
+		}
+		if info.Damage != "" {
+			return rep, errs.New(errs.CodeChainBroken, "anchor %q is damaged here; it cannot be extended: %s", s.id, info.Damage)
+		}
+		had := info.Records
+		if err := db.checkJoin(ctx, s, had, info); err != nil {
+			return rep, err
+		}
+		plans = append(plans, plan{s, had})
+		if s.head > had {
+			total += s.head - had
+		}
+	}
+	// Pass 2: append what is new, in batches, verbatim.
+	var done uint64
+	for _, p := range plans {
+		s := p.src
+		ia := IngestedAnchor{Anchor: s.id, Had: p.had, Arrived: s.head, Head: s.hash}
+		switch {
+		case s.head <= p.had:
+			ia.Status = "up_to_date"
+		case p.had == 0:
+			ia.Status = "new"
+		default:
+			ia.Status = "extended"
+		}
+		if s.head > p.had {
+			var batch []segment.Record
+			var bytes int
+			flush := func() error {
+				if len(batch) == 0 {
+					return nil
+				}
+				if err := db.appendVerbatim(ctx, batch); err != nil {
+					return err
+				}
+				ia.Appended += uint64(len(batch))
+				done += uint64(len(batch))
+				if opts.Progress != nil {
+					opts.Progress(done, total)
+				}
+				batch, bytes = batch[:0], 0
+				return nil
+			}
+			err := db.scanSource(ctx, s, p.had+1, func(rec segment.Record) error {
+				batch = append(batch, rec.Clone())
+				bytes += rec.FrameSize()
+				if len(batch) >= 1024 || bytes >= 4<<20 {
+					return flush()
+				}
+				return nil
+			})
+			if err == nil {
+				err = flush()
+			}
+			if err != nil {
+				rep.Anchors = append(rep.Anchors, ia)
+				return rep, fmt.Errorf("ingest anchor %q after %d records: %w", s.id, ia.Appended, err)
+			}
+		}
+		rep.Appended += ia.Appended
+		rep.Anchors = append(rep.Anchors, ia)
+	}
+	return rep, nil
+}
+
+// checkJoin decides whether the arriving log s can join ours (had records,
+// head info): it must agree with ours at the last seq both hold.
+func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info AnchorInfo) error {
+	if had == 0 {
+		if s.first != 1 {
+			e := errs.New(errs.CodeDependencyMissing, "anchor %q arrives truncated below seq %d and we hold none of it", s.id, s.first)
+			e.Anchor = s.id
+			return e
+		}
+		return nil
+	}
+	at := min(had, s.head)
+	if at < s.first-1 {
+		e := errs.New(errs.CodeDependencyMissing, "anchor %q arrives truncated below seq %d; we hold only %d records", s.id, s.first, had)
+		e.Anchor = s.id
+		return e
+	}
+	var theirs segment.Hash
+	if at == s.first-1 {
+		theirs = s.firstPrev(db)
+	} else if err := db.scanSource(ctx, s, at, func(rec segment.Record) error {
+		theirs = rec.Hash
+		return errStopScan
+	}); err != nil && !errors.Is(err, errStopScan) {
+		return err
+	}
+	ours, ok, err := db.seqEntry(s.id, at)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errs.New(errs.CodeIndexMismatch, "anchor %q: no index row for seq %d", s.id, at)
+	}
+	if ours.Hash == theirs {
+		return nil
+	}
+	e := errs.New(errs.CodeConflict, "anchor %q has forked: at seq %d we hold %s, the arriving log %s (our head seq %d %s, theirs seq %d %s)",
+		s.id, at, ours.Hash, theirs, info.Records, info.HeadHash, s.head, s.hash)
+	e.Anchor, e.Seq = s.id, at
+	return &ForkError{Anchor: s.id, Seq: at, Ours: ours.Hash, Theirs: theirs,
+		OurHead: Receipt{Anchor: s.id, Seq: info.Records, Counter: info.LastCounter, Hash: info.HeadHash},
+		TheirSeq: s.head, TheirHd: s.hash, err: e}
+}
+
+var errStopScan = errors.New("stop scan")
+
+// firstPrev returns the hash the arriving log's first record links to.
+func (s *sourceAnchor) firstPrev(db *DB) segment.Hash {
+	_, h, err := (&reconciler{db: db}).readHeader(s.segs[0].path)
+	if err != nil {
+		return segment.Hash{}
+	}
+	return h.PrevHash
+}
+
+// findSourceAnchors lists the anchors of the source directory.
+func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, error) {
+	fs := db.fs
+	root := fs.PathJoin(from, segment.AnchorsDir)
+	var dirs []string
+	if only != nil {
+		for _, id := range only {
+			if err := segment.ValidateAnchorID(id); err != nil {
+				return nil, err
+			}
+			d := segment.AnchorDir(fs, from, id)
+			if _, err := fs.Stat(d); err != nil {
+				e := errs.New(errs.CodeDependencyMissing, "anchor %q is not in %s", id, from)
+				e.Anchor = id
+				return nil, e
+			}
+			dirs = append(dirs, d)
+		}
+	} else {
+		fans, err := fs.List(root)
+		if err != nil {
+			if oserrorIsNotExist(err) {
+				if _, serr := fs.Stat(from); serr != nil {
+					return nil, errs.Wrap(errs.CodeInvalidInput, serr, "source %s", from)
+				}
+				return nil, nil
+			}
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", root)
+		}
+		slices.Sort(fans)
+		for _, fan := range fans {
+			if len(fan) != 2 || !isHex(fan) {
+				continue
+			}
+			subs, err := fs.List(fs.PathJoin(root, fan))
+			if err != nil {
+				return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", fan)
+			}
+			slices.Sort(subs)
+			for _, sub := range subs {
+				if len(sub) == 30 && isHex(sub) {
+					dirs = append(dirs, fs.PathJoin(root, fan, sub))
+				}
+			}
+		}
+	}
+	var out []*sourceAnchor
+	for _, d := range dirs {
+		names, err := fs.List(d)
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", d)
+		}
+		s := &sourceAnchor{dir: d}
+		for _, n := range names {
+			if segno, ok := segment.ParseFileName(n); ok {
+				s.segs = append(s.segs, segFile{segno, fs.PathJoin(d, n)})
+			}
+		}
+		if len(s.segs) == 0 {
+			continue
+		}
+		slices.SortFunc(s.segs, func(a, b segFile) int { return int(a.segno - b.segno) })
+		_, h, err := (&reconciler{db: db}).readHeader(s.segs[0].path)
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeChainBroken, err, "source segment %s", s.segs[0].path)
+		}
+		if segment.AnchorDir(fs, from, h.Anchor) != d {
+			return nil, errs.New(errs.CodeChainBroken, "source segment %s names anchor %q, which belongs elsewhere", s.segs[0].path, h.Anchor)
+		}
+		s.id, s.first = h.Anchor, h.FirstSeq
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// scanSource reads the arriving log front to back, checking everything the
+// segment scanner checks plus the links between segments, and calls fn for
+// each record with seq >= from (fn may be nil). A full scan (from 0) also
+// records the log's head. Any damage refuses the ingest.
+func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn func(segment.Record) error) error {
+	var prev segment.Hash
+	next := s.first
+	for i, sf := range s.segs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		f, err := db.fs.Open(sf.path)
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "open %s", sf.path)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", sf.path)
+		}
+		sc, err := segment.NewScanner(f, st.Size())
+		if err != nil {
+			f.Close()
+			return sourceDamage(s, sf.path, err)
+		}
+		h := sc.Header
+		if h.Anchor != s.id || h.Segno != sf.segno || h.FirstSeq != next || (i > 0 && h.PrevHash != prev) || (i > 0 && sf.segno != s.segs[i-1].segno+1) {
+			f.Close()
+			e := errs.New(errs.CodeChainBroken, "source segment %s does not continue anchor %q at seq %d", sf.path, s.id, next)
+			e.Anchor, e.File = s.id, sf.path
+			return e
+		}
+		for {
+			fr, err := sc.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				f.Close()
+				return sourceDamage(s, sf.path, err)
+			}
+			if fn != nil && fr.Record.Seq >= from {
+				if err := fn(fr.Record); err != nil {
+					f.Close()
+					return err
+				}
+			}
+		}
+		if sc.Footer() == nil && i < len(s.segs)-1 {
+			f.Close()
+			e := errs.New(errs.CodeChainBroken, "source segment %s is not sealed but a newer one follows", sf.path)
+			e.Anchor, e.File = s.id, sf.path
+			return e
+		}
+		next, prev = sc.NextSeq(), sc.HeadHash()
+		f.Close()
+	}
+	if from == 0 {
+		s.head, s.hash = next-1, prev
+	}
+	return nil
+}
+
+func sourceDamage(s *sourceAnchor, path string, err error) error {
+	var fe *segment.FrameError
+	if errors.As(err, &fe) {
+		e := fe.AsError(s.id, path)
+		if fe.Kind == segment.Torn {
+			e.Message += " (a torn tail: open and close the source database once so its recovery completes, then ingest)"
+		}
+		return e
+	}
+	return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+}
+
+// appendVerbatim appends records written elsewhere, as they are, atomically.
+func (db *DB) appendVerbatim(ctx context.Context, recs []segment.Record) error {
+	if err := db.writable(); err != nil {
+		return err
+	}
+	var bytes int64
+	for i := range recs {
+		bytes += int64(recs[i].FrameSize())
+	}
+	if err := db.adm.acquire(ctx, len(recs), bytes, false); err != nil {
+		return err
+	}
+	defer db.adm.release(len(recs), bytes)
+	req := newRequest()
+	req.verbatim, req.sync = recs, !db.opts.NoSync
+	db.submit(req)
+	err := req.err
+	freeRequest(req)
+	return err
+}

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func openAt(t *testing.T, fs vfs.FS, dir string) *DB {
+	t.Helper()
+	db, err := Open(dir, Options{FS: fs, SegmentSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func writeSome(t *testing.T, db *DB, anchors []string, n int, tag string) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		a := anchors[i%len(anchors)]
+		if _, err := db.Put(context.Background(), a, []byte(fmt.Sprintf("k%d", i%13)), []byte(fmt.Sprintf("%s-%d", tag, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func stateOf(t *testing.T, db *DB) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for v, err := range db.Scan(context.Background(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[string(v.Key)] = string(v.Value)
+	}
+	return m
+}
+
+// TestPartitionStory: two databases write independently, each ingests the
+// other's anchors, and both reach the same merged root and state.
+func TestPartitionStory(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	east := openAt(t, fs, "east")
+	west := openAt(t, fs, "west")
+	writeSome(t, east, []string{"e1", "e2"}, 150, "east")
+	writeSome(t, west, []string{"w1", "w2", "w3"}, 120, "west")
+	// A shared anchor written on one side first, then extended on the other
+	// after a first exchange.
+	writeSome(t, east, []string{"shared"}, 10, "east-shared")
+	if err := east.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A source must be closed: it is read straight from its files.
+	if _, err := west.Ingest(ctx, "east", IngestOptions{Anchors: []string{"shared"}}); err != nil {
+		t.Fatalf("first exchange: %v", err)
+	}
+	writeSome(t, west, []string{"shared"}, 5, "west-shared")
+	if err := west.Close(); err != nil {
+		t.Fatal(err)
+	}
+	east = openAt(t, fs, "east")
+	rep, err := east.Ingest(ctx, "west", IngestOptions{})
+	if err != nil {
+		t.Fatalf("east ingests west: %v", err)
+	}
+	if rep.Appended != 120+5 {
+		t.Fatalf("east appended %d records, want 125: %+v", rep.Appended, rep)
+	}
+	if err := east.Close(); err != nil {
+		t.Fatal(err)
+	}
+	west = openAt(t, fs, "west")
+	defer west.Close()
+	if _, err := west.Ingest(ctx, "east", IngestOptions{}); err != nil {
+		t.Fatalf("west ingests east: %v", err)
+	}
+	east = openAt(t, fs, "east")
+	defer east.Close()
+	re, ne, err := east.MergedRoot(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, nw, err := west.MergedRoot(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re != rw || ne != nw || ne != 150+120+10+5 {
+		t.Fatalf("merged roots differ: east %s (%d), west %s (%d)", re, ne, rw, nw)
+	}
+	se, sw := stateOf(t, east), stateOf(t, west)
+	if fmt.Sprint(se) != fmt.Sprint(sw) {
+		t.Fatalf("states differ:\n%v\n%v", se, sw)
+	}
+	checkDB(t, east, nil)
+	checkDB(t, west, nil)
+	// The clock moved past what arrived: a local write sorts last.
+	r, err := west.Put(ctx, "w1", []byte("k0"), []byte("after"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := west.Get(ctx, []byte("k0")); v.Seq != r.Seq || v.Anchor != "w1" {
+		t.Fatalf("a local write after ingest does not win: %+v", v)
+	}
+}
+
+func TestIngestRefusesForksAndForgeries(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	a := openAt(t, fs, "a")
+	b := openAt(t, fs, "b")
+	writeSome(t, a, []string{"x"}, 20, "a")
+	writeSome(t, a, []string{"y"}, 5, "a")
+	writeSome(t, b, []string{"x"}, 20, "b") // the same anchor, other records: a fork
+	_ = a.Close()
+	before := stateOf(t, b)
+	_, err := b.Ingest(ctx, "a", IngestOptions{})
+	var fe *ForkError
+	if !errors.As(err, &fe) || !errors.Is(err, ErrConflict) || fe.Anchor != "x" || fe.OurHead.Seq != 20 || fe.TheirSeq != 20 {
+		t.Fatalf("fork: %v", err)
+	}
+	if info, ok, _ := b.AnchorInfo("y"); ok || info.Records != 0 {
+		t.Fatalf("a refused ingest joined anchor y anyway")
+	}
+	if fmt.Sprint(stateOf(t, b)) != fmt.Sprint(before) {
+		t.Fatal("a refused ingest changed the state")
+	}
+	// A forged record in the source (one byte of a value) refuses the ingest.
+	a = openAt(t, fs, "a")
+	writeSome(t, a, []string{"z"}, 3, "a")
+	_ = a.Close()
+	f, _ := fs.UnsafeGetFileDataBuffer(segmentFileOf(fs, "a", "z", 1))
+	f[len(f)-40] ^= 1
+	if _, err := b.Ingest(ctx, "a", IngestOptions{Anchors: []string{"z"}}); !IsCorruption(err) {
+		t.Fatalf("forged source: %v, want INT_*", err)
+	}
+	if _, ok, _ := b.AnchorInfo("z"); ok {
+		t.Fatal("a forged anchor was joined")
+	}
+	f[len(f)-40] ^= 1
+	rep, err := b.Ingest(ctx, "a", IngestOptions{Anchors: []string{"z", "y"}})
+	if err != nil || rep.Appended != 8 {
+		t.Fatalf("ingest of the repaired source: %+v %v", rep, err)
+	}
+	// A second ingest of the same logs is a no-op.
+	rep, err = b.Ingest(ctx, "a", IngestOptions{Anchors: []string{"z", "y"}})
+	if err != nil || rep.Appended != 0 {
+		t.Fatalf("repeat ingest: %+v %v", rep, err)
+	}
+	// The source database is locked while it is open.
+	a = openAt(t, fs, "a")
+	if _, err := b.Ingest(ctx, "a", IngestOptions{}); !errors.Is(err, ErrScopeLocked) {
+		t.Fatalf("ingest from an open database: %v, want STATE_001", err)
+	}
+	_ = a.Close()
+	_ = b.Close()
+}
+
+func segmentFileOf(fs vfs.FS, dir, anchor string, segno uint64) string {
+	return fs.PathJoin(segmentAnchorDir(fs, dir, anchor), segmentFileName(segno))
+}
