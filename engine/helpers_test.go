@@ -5,5 +5,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-func segmentAnchorDir(fs vfs.FS, dir, anchor string) string { return segment.AnchorDir(fs, dir, anchor) }
-func segmentFileName(segno uint64) string                   { return segment.FileName(segno) }
+func segmentAnchorDir(fs vfs.FS, dir, anchor string) string {
+	return segment.AnchorDir(fs, dir, anchor)
+}
+func segmentFileName(segno uint64) string { return segment.FileName(segno) }

@@ -216,7 +216,7 @@ func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info A
 		s.id, at, ours.Hash, theirs, info.Records, info.HeadHash, s.head, s.hash)
 	e.Anchor, e.Seq = s.id, at
 	return &ForkError{Anchor: s.id, Seq: at, Ours: ours.Hash, Theirs: theirs,
-		OurHead: Receipt{Anchor: s.id, Seq: info.Records, Counter: info.LastCounter, Hash: info.HeadHash},
+		OurHead:  Receipt{Anchor: s.id, Seq: info.Records, Counter: info.LastCounter, Hash: info.HeadHash},
 		TheirSeq: s.head, TheirHd: s.hash, err: e}
 }
 
