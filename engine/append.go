@@ -38,6 +38,10 @@ type Receipt struct {
 	Duplicate bool         `json:"duplicate"`
 }
 
+// MaxBatchBytes bounds one Append or AppendBatch call (keys, values and
+// per-record overhead): a commit group must fit one journal block.
+const MaxBatchBytes = 256 << 20
+
 // MaxCounter is the largest counter the engine accepts, so counters always
 // fit a signed 64-bit integer (and JSON consumers that parse them as such).
 const MaxCounter = math.MaxInt64
@@ -98,6 +102,9 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 			return nil, errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d", e.Counter, uint64(MaxCounter))
 		}
 		bytes += int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + 128)
+	}
+	if bytes > MaxBatchBytes {
+		return nil, errs.New(errs.CodeInvalidInput, "batch of %d bytes is above the %d-byte limit of one append", bytes, MaxBatchBytes)
 	}
 	if err := db.adm.acquire(ctx, len(entries), bytes, db.opts.RefuseWhenFull); err != nil {
 		return nil, err

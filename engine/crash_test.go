@@ -22,7 +22,7 @@ type crashPoint struct {
 // crashOptions are small enough that a short workload seals segments and
 // settles many times.
 func crashOptions(fs vfs.FS, noSync bool) Options {
-	return Options{FS: fs, SegmentSize: 4096, SettleBytes: 3000, NoSync: noSync}
+	return Options{FS: fs, SegmentSize: 1024, SettleBytes: 3000, NoSync: noSync}
 }
 
 // runCrashWorkload runs the workload on a crashable MemFS and takes a crash

@@ -8,26 +8,31 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Meta rows.
 const (
-	metaFormat  = "format"  // u8: index format version
+	metaFormat  = "format"  // u64: index format version
 	metaDBID    = "dbid"    // 32 hex characters, random at creation
 	metaClean   = "clean"   // 1 after a clean Close, 0 while open
 	metaClock   = "clock"   // u64: the Lamport clock
 	metaSettled = "settled" // journal.Pos: segments hold everything before it durably
+	metaAudit   = "audit"   // u64 lines ‖ hash of the last: the audit log's head
 )
 
-const indexFormat = 1
+// indexFormat is the version of the index layout (engine/keys.go). An index
+// of another version is refused; rebuild-index makes a new one.
+const indexFormat = 2
 
 // IndexDir is the directory of the Pebble index under the database root.
 const IndexDir = "index"
@@ -81,6 +86,7 @@ type DB struct {
 	stopApplier chan struct{}
 	bg          sync.WaitGroup
 	settleMu    sync.Mutex // one settle at a time
+	compactMu   sync.Mutex // one compaction at a time
 
 	recovery RecoveryReport
 	opened   time.Time
@@ -147,16 +153,13 @@ func (db *DB) open() error {
 	if !fresh && format != indexFormat {
 		return errs.New(errs.CodeInvalidInput, "index format %d is not supported (want %d); run rebuild-index", format, indexFormat)
 	}
+	if db.id, err = db.loadOrCreateID(); err != nil {
+		return err
+	}
 	if fresh {
 		if err := db.initIndex(); err != nil {
 			return err
 		}
-	} else {
-		v, _, err := db.metaBytes(metaDBID)
-		if err != nil {
-			return err
-		}
-		db.id = string(v)
 	}
 	clean, _, err := db.metaUint(metaClean)
 	if err != nil {
@@ -172,6 +175,9 @@ func (db *DB) open() error {
 		if err := db.recover(); err != nil {
 			return err
 		}
+	}
+	if err := db.removeLeftovers(); err != nil {
+		return err
 	}
 	if err := db.startJournal(); err != nil {
 		return err
@@ -207,16 +213,6 @@ func (db *DB) initIndex() error {
 			return err
 		}
 	}
-	var id [16]byte
-	if _, err := rand.Read(id[:]); err != nil {
-		return fmt.Errorf("database id: %w", err)
-	}
-	if v, ok, err := db.metaBytes(metaDBID); err != nil {
-		return err
-	} else if ok {
-		copy(id[:], v)
-	}
-	db.id = hex.EncodeToString(id[:])
 	b := db.index.NewBatch()
 	_ = b.Set(metaKey(metaDBID), []byte(db.id), nil)
 	_ = b.Set(metaKey(metaClean), be.AppendUint64(nil, 1), nil)
@@ -227,6 +223,31 @@ func (db *DB) initIndex() error {
 	}
 	_ = b.Close()
 	return db.flushIndex()
+}
+
+// removeLeftovers deletes what an interrupted operation of an earlier session
+// left behind: scratch stores of snapshot replays, temporary files of
+// snapshots and of lost+found copies. The writer lock makes this safe.
+func (db *DB) removeLeftovers() error {
+	if err := db.fs.RemoveAll(db.fs.PathJoin(db.dir, "tmp")); err != nil && !oserrorIsNotExist(err) {
+		return errs.Wrap(errs.CodeWriteFailed, err, "remove scratch directory")
+	}
+	if _, err := snapshot.CleanTemp(db.fs, db.SnapshotsDir()); err != nil {
+		return err
+	}
+	lf := db.fs.PathJoin(db.dir, LostAndFound)
+	names, err := db.fs.List(lf)
+	if err != nil {
+		return nil // no lost+found
+	}
+	for _, n := range names {
+		if strings.HasSuffix(n, ".tmp") {
+			if err := db.fs.Remove(db.fs.PathJoin(lf, n)); err != nil {
+				return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", n)
+			}
+		}
+	}
+	return nil
 }
 
 // setMetaDurable writes a u64 meta row and flushes the index.
@@ -262,6 +283,41 @@ func (db *DB) startJournal() error {
 	db.journal = w
 	db.flushJournal.Store(w)
 	return db.recordSettled(journal.Pos{Gen: gen})
+}
+
+// IDFile holds the database id under the root. The id names the database in
+// checkpoints, so it lives beside the segments, not only in the index: a
+// rebuilt index keeps it.
+const IDFile = "DBID"
+
+// loadOrCreateID reads the database id file, creating it (durably) for a new
+// database.
+func (db *DB) loadOrCreateID() (string, error) {
+	path := db.fs.PathJoin(db.dir, IDFile)
+	if f, err := db.fs.Open(path); err == nil {
+		buf := make([]byte, 64)
+		n, _ := f.ReadAt(buf, 0)
+		_ = f.Close()
+		id := strings.TrimSpace(string(buf[:n]))
+		if len(id) != 32 || !isHex(id) {
+			return "", errs.New(errs.CodeInvalidInput, "database id file %s is malformed", path)
+		}
+		return id, nil
+	} else if !oserrorIsNotExist(err) {
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+	}
+	// An index from before the id file: keep its id.
+	if v, ok, err := db.metaBytes(metaDBID); err != nil {
+		return "", err
+	} else if ok && len(v) == 32 && isHex(string(v)) {
+		return string(v), db.writeWholeFile(path, append(v, '\n'))
+	}
+	var raw [16]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("database id: %w", err)
+	}
+	id := hex.EncodeToString(raw[:])
+	return id, db.writeWholeFile(path, []byte(id+"\n"))
 }
 
 func (db *DB) hasSegments() (bool, error) {

@@ -39,9 +39,8 @@ func (db *DB) openIndex() (err error) {
 		FS:     db.fs,
 		Cache:  cache,
 		Logger: pebbleLogger{db.opts.Logger},
-		// A large memtable lets the journal rows of a settle interval die in
-		// memory (their range deletion lands in the same memtable), and keeps
-		// flushes rare on the append path.
+		// A large memtable keeps flushes (which, with no WAL, are what make
+		// index rows durable) rare on the append path; settles flush anyway.
 		MemTableSize:                64 << 20,
 		MemTableStopWritesThreshold: 4,
 		L0CompactionThreshold:       4,

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -292,7 +293,7 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 		if len(s.segs) == 0 {
 			continue
 		}
-		slices.SortFunc(s.segs, func(a, b segFile) int { return int(a.segno - b.segno) })
+		slices.SortFunc(s.segs, func(a, b segFile) int { return cmp.Compare(a.segno, b.segno) })
 		_, h, err := (&reconciler{db: db}).readHeader(s.segs[0].path)
 		if err != nil {
 			return nil, errs.Wrap(errs.CodeChainBroken, err, "source segment %s", s.segs[0].path)

@@ -11,12 +11,15 @@ import (
 //
 //	'a' anchor ‖ …                      anchor metadata (active segment, damage)
 //	'i' anchor ‖ 0x00 ‖ idempotency key  the original receipt and fingerprint
-//	'k' esc(key) ‖ 0x00 0x01 ‖ ^counter(u64) ‖ desc(anchor)
+//	'k' esc(key) ‖ 0x00 0x01 ‖ ^counter(u64) ‖ desc(anchor) ‖ 0xFF
 //	                                     one version of a key; newest first
 //	'm' name                             database metadata
 //	'n' anchor ‖ 0x00 ‖ level(u8) ‖ index(u64)
 //	                                     a stored Merkle node (levels 8, 16, …)
+//	'r' anchor ‖ 0x00 ‖ seq(u64)         the frame of a record whose segment was
+//	                                     truncated, kept because it is a key's newest version
 //	's' anchor ‖ 0x00 ‖ seq(u64)         where a record lives, its counter and hash
+//	                                     (size 0: its segment was truncated)
 //
 // Anchor ids never contain 0x00 (SPEC §1 forbids control characters), so
 // 0x00 ends them without escaping and byte order of ids is preserved. User
@@ -29,6 +32,7 @@ const (
 	tagKey    = 'k'
 	tagMeta   = 'm'
 	tagNode   = 'n'
+	tagRetain = 'r'
 	tagSeq    = 's'
 )
 
@@ -48,6 +52,10 @@ func anchorScoped(tag byte, anchor string) []byte {
 
 func seqKey(anchor string, seq uint64) []byte {
 	return be.AppendUint64(anchorScoped(tagSeq, anchor), seq)
+}
+
+func retainedKey(anchor string, seq uint64) []byte {
+	return be.AppendUint64(anchorScoped(tagRetain, anchor), seq)
 }
 
 func idemKey(anchor string, idem []byte) []byte {

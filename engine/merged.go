@@ -62,6 +62,10 @@ type MergedOptions struct {
 	From uint64
 	// Frontier bounds the view; nil means the current frontier.
 	Frontier merge.Frontier
+	// After, if set, leaves out each anchor's records up to After[anchor]:
+	// the view of what came after an earlier frontier (positions then count
+	// from the first record after it).
+	After merge.Frontier
 }
 
 // Merged streams the merged view with global positions. Memory is a small
@@ -89,7 +93,10 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 			if f[id] == 0 {
 				continue
 			}
-			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: 1, last: f[id], batch: batch})
+			if opts.After[id] >= f[id] {
+				continue
+			}
+			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: opts.After[id] + 1, last: f[id], batch: batch})
 		}
 		var mo []merge.Option
 		if opts.From > 1 {
@@ -120,21 +127,28 @@ type logSource struct {
 }
 
 func (s *logSource) Next() (segment.Record, bool, error) {
-	if s.pos == len(s.buf) {
+	for s.pos == len(s.buf) {
 		if s.next > s.last {
 			return segment.Record{}, false, nil
 		}
 		to := min(s.last, s.next+s.batch-1)
 		s.buf, s.pos = s.buf[:0], 0
+		// Log skips records that compaction truncated: an anchor's log may
+		// start after seq 1, never with a gap later on.
 		for rec, err := range s.db.Log(s.ctx, s.anchor, s.next, to) {
 			if err != nil {
 				return segment.Record{}, false, err
 			}
+			if n := len(s.buf); n > 0 && rec.Seq != s.buf[n-1].Seq+1 {
+				e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.buf[n-1].Seq+1, rec.Seq-1)
+				e.Anchor, e.Seq = s.anchor, s.buf[n-1].Seq+1
+				return segment.Record{}, false, e
+			}
 			s.buf = append(s.buf, rec)
 		}
-		if uint64(len(s.buf)) != to-s.next+1 {
-			e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.next, to)
-			e.Anchor, e.Seq = s.anchor, s.next+uint64(len(s.buf))
+		if n := len(s.buf); n > 0 && s.buf[n-1].Seq != to {
+			e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.buf[n-1].Seq+1, to)
+			e.Anchor, e.Seq = s.anchor, s.buf[n-1].Seq+1
 			return segment.Record{}, false, e
 		}
 		s.next = to + 1

@@ -18,10 +18,10 @@ type Options struct {
 	// Default vfs.Default.
 	FS vfs.FS
 
-	// NoSync makes appends return once the record's frame has been written to
-	// its segment file (it has reached the OS) without waiting for an fsync.
-	// A process kill loses nothing acknowledged; a power loss can lose the
-	// appends since the last sync. Default false: appends are durable.
+	// NoSync makes appends return once the commit group's journal block has
+	// been written to the OS, without waiting for an fsync. A process kill
+	// loses nothing acknowledged; a power loss can lose the appends since the
+	// last Sync, settle or Close. Default false: appends are durable.
 	NoSync bool
 
 	// SegmentSize is the size at which an anchor's active segment is sealed
@@ -39,9 +39,9 @@ type Options struct {
 	// reads a segment; larger values are read from their segment. Default 4 KiB.
 	InlineValueMax int
 
-	// SettleBytes is how many bytes of frames may wait in the index journal
-	// before the segments behind them are fsynced and the journal trimmed.
-	// Default 64 MiB.
+	// SettleBytes is how many bytes of journal may accumulate before the
+	// segments behind them are fsynced, the index flushed and the journal
+	// files dropped. Default 64 MiB.
 	SettleBytes int64
 	// SettleInterval settles at least this often while writes arrive.
 	// Default 30 s.
@@ -116,8 +116,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, err
 	}
 	switch {
-	case o.SegmentSize < 4<<10:
-		return o, errs.New(errs.CodeInvalidInput, "segment size %d is below 4 KiB", o.SegmentSize)
+	case o.SegmentSize < 1<<10:
+		return o, errs.New(errs.CodeInvalidInput, "segment size %d is below 1 KiB", o.SegmentSize)
 	case o.SegmentSize > 1<<40:
 		return o, errs.New(errs.CodeInvalidInput, "segment size %d is above 1 TiB", o.SegmentSize)
 	case o.FileCacheSize < 4:
@@ -128,6 +128,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errs.New(errs.CodeInvalidInput, "settle thresholds must not be negative")
 	case o.MaxInFlightRecords < 1 || o.MaxInFlightBytes < 1:
 		return o, errs.New(errs.CodeInvalidInput, "in-flight bounds must be positive")
+	case o.MaxInFlightBytes > MaxBatchBytes:
+		// A commit group holds at most the in-flight bytes plus one request;
+		// that must fit a journal block.
+		return o, errs.New(errs.CodeInvalidInput, "in-flight byte bound %d is above %d", o.MaxInFlightBytes, MaxBatchBytes)
 	}
 	return o, nil
 }

@@ -117,6 +117,16 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 				return
 			}
 			rec, err := db.readFrame(ctx, anchor, ve.Seq, seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash})
+			if err != nil && ve.Size == 0 && errors.Is(err, ErrDependencyMissing) {
+				// The record was truncated and only its version survives (a
+				// rebuild restored it from a snapshot): give what the index
+				// holds. PrevHash and IdempotencyKey are unknown (zero).
+				rec, err = segment.Record{Anchor: anchor, Seq: ve.Seq, Counter: counter, Time: ve.Time,
+					Type: segment.TypePut, Key: append([]byte(nil), key...), Value: append([]byte(nil), ve.Value...), Hash: ve.Hash}, nil
+				if ve.Type == verDelete {
+					rec.Type, rec.Value = segment.TypeDelete, nil
+				}
+			}
 			if !yield(rec, err) || err != nil {
 				return
 			}
@@ -225,6 +235,9 @@ func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2
 				yield(segment.Record{}, err)
 				return
 			}
+			if row.Size == 0 {
+				continue // truncated by compaction: the log starts after it
+			}
 			rec, err := fr.read(row.seq, row.seqEntry)
 			if !yield(rec, err) || err != nil {
 				return
@@ -234,6 +247,28 @@ func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2
 			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 		}
 	}
+}
+
+// retained returns a record whose segment was truncated, if compaction kept
+// it (it was a key's newest version); otherwise STATE_003.
+func (db *DB) retained(anchor string, seq uint64, hash segment.Hash) (segment.Record, error) {
+	v, closer, err := db.index.Get(retainedKey(anchor, seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		e := errs.New(errs.CodeDependencyMissing, "record %d of anchor %q was truncated by compaction", seq, anchor)
+		e.Anchor, e.Seq = anchor, seq
+		return segment.Record{}, e
+	}
+	if err != nil {
+		return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	defer closer.Close()
+	rec, _, err := segment.ParseFrame(anchor, v)
+	if err != nil || rec.Seq != seq || rec.Hash != hash {
+		e := errs.New(errs.CodeIndexMismatch, "the kept copy of record %d of anchor %q does not match its row", seq, anchor)
+		e.Anchor, e.Seq = anchor, seq
+		return segment.Record{}, e
+	}
+	return rec.Clone(), nil
 }
 
 // readFrame reads and checks one record.
@@ -273,6 +308,9 @@ func (r *frameReader) close() {
 }
 
 func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
+	if e.Size == 0 {
+		return r.db.retained(r.anchor, seq, e.Hash)
+	}
 	path := r.db.fs.PathJoin(r.dir, segment.FileName(e.Segno))
 	end := e.Offset + int64(e.Size)
 	if err := r.db.ensureWritten(r.anchor, e.Segno, end); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -21,12 +22,15 @@ type reconciler struct {
 	batch   *pebble.Batch
 	scratch []byte
 	seen    map[string]bool
+	// truncated records, per anchor, the last seq adopted from stubs: the
+	// state below it must come from a snapshot.
+	truncated map[string]uint64
 }
 
 // reconcileAll walks every anchor directory on disk and brings the index and
 // the segments into agreement.
 func (db *DB) reconcileAll() error {
-	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool)}
+	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64)}
 	defer func() { _ = rc.batch.Close() }()
 	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
 	fans, err := db.fs.List(root)
@@ -59,7 +63,13 @@ func (db *DB) reconcileAll() error {
 	if err := rc.missingAnchors(); err != nil {
 		return err
 	}
-	return rc.flush(true)
+	if err := rc.flush(true); err != nil {
+		return err
+	}
+	if len(rc.truncated) > 0 {
+		return db.restoreTruncatedState(rc.truncated)
+	}
+	return nil
 }
 
 func isHex(s string) bool {
@@ -101,7 +111,12 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 	}
 	var segs []segFile
+	stubs := map[uint64]string{}
 	for _, n := range names {
+		if segno, ok := segment.ParseStubFileName(n); ok {
+			stubs[segno] = db.fs.PathJoin(dir, n)
+			continue
+		}
 		if strings.HasSuffix(n, ".tmp") {
 			// An interrupted whole-file rewrite; the original is intact.
 			if err := db.fs.Remove(db.fs.PathJoin(dir, n)); err != nil {
@@ -113,7 +128,7 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 			segs = append(segs, segFile{segno, db.fs.PathJoin(dir, n)})
 		}
 	}
-	slices.SortFunc(segs, func(a, b segFile) int { return int(a.segno - b.segno) })
+	slices.SortFunc(segs, func(a, b segFile) int { return cmp.Compare(a.segno, b.segno) })
 	// A newest segment too short for its header holds no record: its creation
 	// was torn. Journal replay has already recreated any segment the index
 	// needs, so it can go.
@@ -164,7 +179,7 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		return nil // already reported; the files are left as they are
 	}
 	a.dirReady = true
-	return rc.reconcileAnchor(a, segs)
+	return rc.reconcileAnchor(a, segs, stubs)
 }
 
 // orphan reports files that cannot belong to any anchor. They are left in
@@ -196,9 +211,10 @@ func (rc *reconciler) readHeader(path string) (int64, segment.Header, error) {
 
 // reconcileAnchor scans the anchor's segments from where the index ends and
 // adopts, cuts or reports what it finds.
-func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile) error {
+func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile, stubs map[uint64]string) error {
 	db := rc.db
 	st := a.snapshot()
+	tree := cloneRange(a)
 	newest := segs[len(segs)-1].segno
 	startIdx := 0
 	if st.segno != 0 {
@@ -213,13 +229,19 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile) error {
 			return nil
 		}
 	} else if segs[0].segno != 1 {
-		e := errs.New(errs.CodeChainBroken, "anchor %q starts at segment %d: segment 1 is missing", a.id, segs[0].segno)
-		e.File = segs[0].path
-		db.markDamaged(a, e)
-		return nil
+		// Compaction truncated the log: the removed segments left stubs with
+		// their record hashes, which carry the chain and the tree to the
+		// first segment still here.
+		if err := rc.adoptStubs(a, &st, tree, stubs, segs[0].segno); err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) && e.Code != errs.CodeWriteFailed {
+				db.markDamaged(a, e)
+				return nil
+			}
+			return err
+		}
 	}
 	adopted := uint64(0)
-	tree := cloneRange(a)
 	for i := startIdx; i < len(segs); i++ {
 		s := segs[i]
 		if i > startIdx && s.segno != segs[i-1].segno+1 {
@@ -259,6 +281,63 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile) error {
 		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, st.lastCounter), nil)
 	}
 	a.publish(st, tree)
+	return nil
+}
+
+// adoptStubs indexes the record hashes of stubs 1..before-1: rows that say
+// the records were truncated, and the tree nodes above them.
+func (rc *reconciler) adoptStubs(a *anchor, st *anchorHead, tree *compact.Range, stubs map[uint64]string, before uint64) error {
+	db := rc.db
+	for segno := uint64(1); segno < before; segno++ {
+		path, ok := stubs[segno]
+		if !ok {
+			e := errs.New(errs.CodeChainBroken, "anchor %q starts at segment %d and segment %d has no stub", a.id, before, segno)
+			e.File = db.segmentPath(a, segno)
+			return e
+		}
+		f, err := db.fs.Open(path)
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+		}
+		info, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+		}
+		buf := make([]byte, info.Size())
+		_, err = f.ReadAt(buf, 0)
+		f.Close()
+		if err != nil && !errors.Is(err, io.EOF) {
+			return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+		}
+		stub, err := segment.ParseStub(buf)
+		if err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) {
+				e = e.At(a.id, st.head+1, path, 0)
+				return e
+			}
+			return err
+		}
+		if stub.Anchor != a.id || stub.Segno != segno || stub.FirstSeq != st.head+1 || stub.PrevHash != st.headHash {
+			e := errs.New(errs.CodeChainBroken, "stub %s does not continue anchor %q at seq %d", path, a.id, st.head+1)
+			e.File = path
+			return e
+		}
+		for i, h := range stub.Hashes {
+			se := seqEntry{Segno: segno, Hash: h}
+			if i == len(stub.Hashes)-1 {
+				se.Counter = stub.LastCounter
+			}
+			rc.scratch = se.encode(rc.scratch[:0])
+			_ = rc.batch.Set(seqKey(a.id, stub.FirstSeq+uint64(i)), rc.scratch, nil)
+			leaf := segment.LeafHash(h)
+			_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
+		}
+		st.head, st.headHash, st.lastCounter = stub.LastSeq(), stub.LastHash(), stub.LastCounter
+		st.segno, st.segFirst, st.segSize, st.segCount = segno+1, st.head+1, 0, 0
+		rc.truncated[a.id] = st.head
+	}
 	return nil
 }
 
@@ -413,7 +492,8 @@ func (rc *reconciler) saveCut(path, pathID string, segno uint64, from, to int64)
 	if err := db.fs.MkdirAll(lf, 0o755); err != nil {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", lf)
 	}
-	dst := db.fs.PathJoin(lf, fmt.Sprintf("%s-%s-%d.cut", pathID, segment.FileName(segno), from))
+	// The time keeps a second cut at the same place from replacing the first.
+	dst := db.fs.PathJoin(lf, fmt.Sprintf("%s-%s-%d-%d.cut", pathID, segment.FileName(segno), from, db.opts.Clock().UnixNano()))
 	if err := db.writeWholeFile(dst, buf); err != nil {
 		return "", err
 	}

@@ -18,23 +18,27 @@ import (
 // Recovery (SPEC §3) runs at Open after an unclean shutdown, and a full
 // rebuild reuses its second half when the index is missing:
 //
-//  1. Journal replay. Every frame acknowledged since the last settle is in a
-//     journal row of the index, in the same Pebble batch as its index rows.
-//     Its segment bytes may have been lost (they were not fsynced): each
-//     frame is compared with its place in the segment and rewritten where the
-//     segment differs or ends early. A missing segment file is recreated from
-//     its first frame's journal row.
+//  1. Journal replay. Every record acknowledged since the last settle is in
+//     the journal files from the settle point on. Its segment bytes may have
+//     been lost (they were not fsynced): each frame is compared with its place
+//     in its segment and rewritten where the segment differs or ends early; a
+//     segment created since the settle is recreated, header and all, and a
+//     seal decided in the same group as the next segment's first record is
+//     restored. A segment shorter than the journal's first frame for it is
+//     damage if the index has records in the missing bytes, and otherwise a
+//     hole the journal itself left (a NoSync journal file torn by a power
+//     loss): the frames after it cannot link and are dropped, and reported.
 //  2. Tail reconciliation. Every anchor directory on disk is compared with
-//     the index. Whole, chain-linked frames past the index's end — written by
-//     an append whose index batch was lost, as a NoSync append can be after a
-//     process kill — are adopted: indexed as they stand. The first frame that
-//     is torn or does not verify there ends the log: the tail from it is cut
-//     (kept in lost+found/) and reported. Damage where the index says whole
-//     records must be — a missing or unsealed older segment, a header that
-//     does not check — is never repaired: it is reported and the anchor
-//     becomes read-only.
-//  3. Everything touched is fsynced, the adoption rows are committed, and
-//     the journal is trimmed.
+//     the index. Whole, chain-linked frames past the index's end — restored
+//     from the journal, or written by a NoSync append whose index rows were
+//     not yet flushed — are adopted: indexed as they stand. Past the last
+//     record so vouched for, the first frame that is torn or does not verify
+//     ends the log: the tail from it is cut (kept in lost+found/) and
+//     reported. Damage where the index says whole records must be — a missing
+//     or unsealed older segment, a header that does not check — is never
+//     repaired: it is reported and the anchor becomes read-only.
+//  3. Everything touched is fsynced and the index flushed; Open then starts a
+//     new journal file and drops the old ones.
 //
 // Each step is idempotent, so a crash during recovery is recovered by
 // running it again.
@@ -199,6 +203,19 @@ func (db *DB) replayAnchor(id string, rows []journalRecord) error {
 			break
 		}
 	}
+	// The journal starting with the first record of a later segment means the
+	// previous segment was sealed in that same group: its seal may be
+	// missing too.
+	if first := rows[0]; first.Segno > 1 && first.Offset == int64(segment.HeaderSize(id)) {
+		if err := db.restorePreviousSeal(a, first.Segno-1, first.Rec.Seq-1, first.Rec.PrevHash); err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) && e.Code != errs.CodeWriteFailed {
+				db.markDamaged(a, e)
+				return nil
+			}
+			return err
+		}
+	}
 	for start := 0; start < len(rows); {
 		end := start + 1
 		for end < len(rows) && rows[end].Segno == rows[start].Segno {
@@ -255,6 +272,17 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 		if err := db.fs.MkdirAll(a.dir, 0o755); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "create %s", a.dir)
 		}
+		if sealed {
+			// The journal has frames of a later segment, so this one was
+			// sealed; its seal follows from its header and last record.
+			h, _, err := segment.ParseHeader(want)
+			if err != nil {
+				return errs.Wrap(errs.CodeIndexMismatch, err, "rebuild header of %s", path)
+			}
+			last := rows[len(rows)-1].Rec
+			ft := segment.Footer{LastSeq: last.Seq, Count: last.Seq - h.FirstSeq + 1, LastHash: last.Hash}
+			want = segment.AppendFooter(want, &ft, h.Checksum)
+		}
 		if err := db.writeWholeFile(path, want); err != nil {
 			return err
 		}
@@ -300,9 +328,7 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: base + int64(at), Bytes: int64(len(want) - at), Records: restored})
 	}
 	if sealed {
-		// A later segment has journal frames, so this one was sealed — and the
-		// seal fsynced — before any of them was written.
-		if err := db.checkSealAfter(a, f, path, base+int64(len(want)), rows[len(rows)-1].Rec); err != nil {
+		if err := db.restoreSealAfter(a, f, path, base+int64(len(want)), rows[len(rows)-1].Rec); err != nil {
 			return err
 		}
 	}
@@ -333,7 +359,52 @@ func (db *DB) journalHole(a *anchor, segno uint64, path string, size int64, firs
 	return errJournalHole
 }
 
-func (db *DB) checkSealAfter(a *anchor, f vfs.File, path string, off int64, last segment.Record) error {
+// restorePreviousSeal finds the end of record lastSeq (hash lastHash) in
+// segment segno — settled, so whole — and restores the seal after it.
+func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash segment.Hash) error {
+	path := db.segmentPath(a, segno)
+	f, err := db.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			e := errs.New(errs.CodeChainBroken, "segment %s is missing and held settled records up to seq %d", path, lastSeq)
+			e.File, e.Seq = path, lastSeq
+			return e
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
+	sc, err := segment.NewScanner(f, st.Size())
+	if err != nil {
+		return frameErr(a.id, path, err)
+	}
+	for sc.NextSeq() <= lastSeq {
+		if _, err := sc.Next(); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return frameErr(a.id, path, err)
+		}
+	}
+	if sc.NextSeq() != lastSeq+1 || sc.HeadHash() != lastHash {
+		e := errs.New(errs.CodeChainBroken, "segment %s ends at seq %d; the next segment starts after seq %d", path, sc.NextSeq()-1, lastSeq)
+		e.File, e.Seq, e.Offset = path, lastSeq, sc.Offset()
+		return e
+	}
+	last := segment.Record{Seq: lastSeq, Hash: lastHash}
+	return db.restoreSealAfter(a, f, path, sc.Offset(), last)
+}
+
+// restoreSealAfter makes sure the segment ends with its seal right after its
+// last journal frame. The journal holds frames of the next segment, so the
+// seal was decided in the same commit group; the applier writes (and
+// fsyncs) it only after the group's journal block is durable, so a crash can
+// leave it unwritten or torn. It follows from the header and the last record,
+// so it is restored like the frames.
+func (db *DB) restoreSealAfter(a *anchor, f vfs.File, path string, off int64, last segment.Record) error {
 	st, err := f.Stat()
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
@@ -349,9 +420,23 @@ func (db *DB) checkSealAfter(a *anchor, f vfs.File, path string, off int64, last
 	ft := segment.Footer{LastSeq: last.Seq, Count: last.Seq - h.FirstSeq + 1, LastHash: last.Hash}
 	want := segment.AppendFooter(nil, &ft, h.Checksum)
 	got := make([]byte, len(want))
-	if n, _ := f.ReadAt(got, off); n != len(got) || !bytes.Equal(got, want) || st.Size() != off+int64(len(want)) {
-		return errs.New(errs.CodeChainBroken, "segment %s should be sealed after seq %d (a newer segment exists) but its seal is missing or wrong", path, last.Seq).At(a.id, last.Seq, path, off)
+	n, _ := f.ReadAt(got, off)
+	end := off + int64(len(want))
+	if n == len(got) && bytes.Equal(got, want) && st.Size() == end {
+		return nil
 	}
+	if _, err := f.WriteAt(want, off); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write the seal of %s", path)
+	}
+	if st.Size() > end {
+		// Whatever followed was never part of the log: the segment ends here.
+		if err := db.truncateFile(path, end); err != nil {
+			return err
+		}
+	}
+	db.files.forget(path)
+	db.markDirty(path)
+	db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: off, Bytes: int64(len(want))})
 	return nil
 }
 

@@ -119,6 +119,13 @@ func (db *DB) flushBufferLocked(a *anchor, sync ...bool) error {
 	db.dirtyMu.Unlock()
 	if seal {
 		db.files.forget(path) // reopened read-only when next read
+		// The sealed file's own directory entry (and, for a new anchor, its
+		// directory's) must be durable too: a segment created since the last
+		// settle could otherwise vanish while its successor survives, and
+		// recovery would see an unsealed segment followed by a newer one.
+		if err := db.ensureDirsDurable(a); err != nil {
+			return err
+		}
 	}
 	db.metrics.segmentWrites.Add(1)
 	if seal {
@@ -175,6 +182,28 @@ func (db *DB) ensureWritten(id string, segno uint64, end int64) error {
 	}
 	if err := db.flushBufferLocked(a); err != nil {
 		return db.fail(err)
+	}
+	return nil
+}
+
+// ensureDirsDurable fsyncs the anchor's directory and any of its parents
+// still waiting for a settle.
+func (db *DB) ensureDirsDurable(a *anchor) error {
+	fan := db.fs.PathDir(a.dir)
+	anchors := db.fs.PathDir(fan)
+	var dirs []string
+	db.dirtyMu.Lock()
+	for _, d := range []string{a.dir, fan, anchors, db.fs.PathDir(anchors)} {
+		if _, ok := db.dirtyDirs[d]; ok || d == a.dir {
+			dirs = append(dirs, d)
+			delete(db.dirtyDirs, d)
+		}
+	}
+	db.dirtyMu.Unlock()
+	for _, d := range dirs {
+		if err := db.syncDir(d); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"iter"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -126,6 +127,14 @@ func (db *DB) Snapshots(ctx context.Context) ([]snapshot.Info, error) {
 // SnapshotVerification is the outcome of VerifySnapshot.
 type SnapshotVerification struct {
 	Info snapshot.Info `json:"snapshot"`
+	// Base names the older snapshot the replay started from, when the log
+	// below it was truncated; "" when the replay started at genesis.
+	Base string `json:"base,omitempty"`
+	// Replayed is false when no replay was possible: the log below this
+	// snapshot's frontier was truncated and no older snapshot covers the
+	// cut. The file and its state hash were still checked.
+	Replayed bool   `json:"replayed"`
+	Note     string `json:"note,omitempty"`
 	// ReplayedRecords is how many records the replay proof applied.
 	ReplayedRecords uint64       `json:"replayed_records"`
 	ReplayStateHash segment.Hash `json:"replay_state_hash"`
@@ -162,8 +171,33 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 			return out, bad("snapshot frontier says anchor %q seq %d has hash %s; the log says %s", id, f[id], info.Frontier[id].Hash, e.Hash)
 		}
 	}
-	n, sum, err := db.replayState(ctx, f)
-	out.ReplayedRecords, out.ReplayStateHash = n, sum
+	// Where the log starts: after a truncation the replay needs a base.
+	var base *snapshot.Info
+	for _, id := range f.Anchors() {
+		first, err := db.firstPresent(id)
+		if err != nil {
+			return out, err
+		}
+		if first == 1 {
+			continue
+		}
+		if base == nil {
+			if base, err = db.replayBase(ctx, path, f); err != nil {
+				return out, err
+			}
+		}
+		if base == nil || base.Frontier[id].Seq+1 < first {
+			out.Note = fmt.Sprintf("no replay: the log of anchor %q below seq %d was truncated and no older snapshot covers the cut; the file and its state hash verify", id, first)
+			return out, nil
+		}
+	}
+	var after merge.Frontier
+	if base != nil {
+		out.Base = base.Name
+		after = merge.Frontier(base.Frontier.Seqs())
+	}
+	n, sum, err := db.replayState(ctx, f, base, after)
+	out.ReplayedRecords, out.ReplayStateHash, out.Replayed = n, sum, err == nil
 	if err != nil {
 		return out, err
 	}
@@ -173,9 +207,52 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 	return out, nil
 }
 
-// replayState replays the merged log up to f into a scratch store and
-// returns the state hash of the result.
-func (db *DB) replayState(ctx context.Context, f merge.Frontier) (uint64, segment.Hash, error) {
+// firstPresent returns the first seq of the anchor whose record is still in
+// a segment (1 unless compaction truncated the log).
+func (db *DB) firstPresent(anchor string) (uint64, error) {
+	prefix := anchorScoped(tagSeq, anchor)
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return 0, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		row, _, err := decodeSeqRow(prefix, it.Key(), it.Value())
+		if err != nil {
+			return 0, err
+		}
+		if row.Size != 0 {
+			return row.seq, nil
+		}
+	}
+	return 1, it.Error()
+}
+
+// replayBase picks the newest snapshot other than path whose frontier lies
+// within f and which verifies: the state a replay can start from.
+func (db *DB) replayBase(ctx context.Context, path string, f merge.Frontier) (*snapshot.Info, error) {
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(list) - 1; i >= 0; i-- {
+		s := list[i]
+		if s.Err != nil || s.Path == path || !f.Covers(merge.Frontier(s.Frontier.Seqs())) {
+			continue
+		}
+		v, err := snapshot.Verify(db.fs, s.Path)
+		if err != nil {
+			continue
+		}
+		return &v, nil
+	}
+	return nil, nil
+}
+
+// replayState replays the merged log up to f — starting from base's state
+// and after its frontier when base is set — into a scratch store and returns
+// the number of records applied and the state hash of the result.
+func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.Info, after merge.Frontier) (uint64, segment.Hash, error) {
 	var tag [8]byte
 	_, _ = rand.Read(tag[:])
 	dir := db.fs.PathJoin(db.dir, "tmp", "replay-"+hex.EncodeToString(tag[:]))
@@ -188,8 +265,30 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier) (uint64, segmen
 		_ = db.fs.RemoveAll(dir)
 	}()
 	b := scratch.NewBatch()
+	if base != nil {
+		s, err := snapshot.Open(db.fs, base.Path)
+		if err != nil {
+			return 0, segment.Hash{}, err
+		}
+		for e, err := range s.Entries() {
+			if err != nil {
+				_ = s.Close()
+				return 0, segment.Hash{}, err
+			}
+			_ = b.Set(e.Key, e.Value, nil)
+			if b.Len() > 4<<20 {
+				if err := b.Commit(pebble.NoSync); err != nil {
+					_ = s.Close()
+					return 0, segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "replay store")
+				}
+				_ = b.Close()
+				b = scratch.NewBatch()
+			}
+		}
+		_ = s.Close()
+	}
 	var n uint64
-	for p, err := range db.Merged(ctx, MergedOptions{Frontier: f}) {
+	for p, err := range db.Merged(ctx, MergedOptions{Frontier: f, After: after}) {
 		if err != nil {
 			_ = b.Close()
 			return n, segment.Hash{}, err

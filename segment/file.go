@@ -2,7 +2,9 @@ package segment
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -244,4 +246,36 @@ const AnchorsDir = "anchors"
 func AnchorDir(fs vfs.FS, root, anchor string) string {
 	id := AnchorPathID(anchor)
 	return fs.PathJoin(root, AnchorsDir, id[:2], id[2:])
+}
+
+// ReadSeal reads a sealed segment's header and seal without scanning its
+// frames: the planner needs them for segments of up to 64 MiB each. It
+// checks both checksums, not the records.
+func ReadSeal(r io.ReaderAt, size int64) (Header, Footer, error) {
+	hb := make([]byte, min(size, int64(headerFixed+MaxAnchorID)))
+	if _, err := r.ReadAt(hb, 0); err != nil && !errors.Is(err, io.EOF) {
+		return Header{}, Footer{}, err
+	}
+	h, hsize, err := ParseHeader(hb)
+	if err != nil {
+		return h, Footer{}, err
+	}
+	if size < int64(hsize)+FooterSize {
+		return h, Footer{}, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: size, Msg: "segment too short to be sealed"}
+	}
+	fb := make([]byte, FooterSize)
+	if _, err := r.ReadAt(fb, size-FooterSize); err != nil && !errors.Is(err, io.EOF) {
+		return h, Footer{}, err
+	}
+	if be.Uint32(fb) != sealMarker {
+		return h, Footer{}, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: size - FooterSize, Msg: "segment is not sealed"}
+	}
+	f, err := parseFooter(fb, h.Checksum)
+	if err != nil {
+		return h, f, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: size - FooterSize, Msg: err.Error()}
+	}
+	if f.Count == 0 || f.LastSeq != h.FirstSeq+f.Count-1 {
+		return h, f, &FrameError{Kind: Corrupt, Code: errs.CodeChainBroken, Offset: size - FooterSize, Msg: "seal count does not match its seqs"}
+	}
+	return h, f, nil
 }

@@ -211,18 +211,28 @@ func auditTail(fs vfs.FS, path string) (AuditEntry, int64, int64, error) {
 	if err != nil {
 		return AuditEntry{}, 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: stat %s", path)
 	}
-	size := st.Size()
+	e, after, err := lastLine(f, path, st.Size(), true)
+	if err != nil {
+		return AuditEntry{}, 0, 0, err
+	}
+	return e, after, st.Size() - after, nil
+}
+
+// lastLine finds the last good line among the first size bytes of the file.
+// With tornOK, a last line that does not check is taken for a torn append
+// (see scanAudit) and the line before it is returned instead.
+func lastLine(f vfs.File, path string, size int64, tornOK bool) (AuditEntry, int64, error) {
 	// Read backwards until the window holds the last newline and the one
 	// before it (or the file's start).
 	for w := int64(4096); ; w *= 2 {
 		w = min(w, size)
 		buf := make([]byte, w)
 		if err := readAt(f, buf, size-w); err != nil {
-			return AuditEntry{}, 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: read %s", path)
+			return AuditEntry{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: read %s", path)
 		}
 		end := bytes.LastIndexByte(buf, '\n')
 		if end < 0 && w == size {
-			return AuditEntry{}, 0, size, nil // nothing but a torn tail
+			return AuditEntry{}, 0, nil // nothing but a torn tail
 		}
 		if end >= 0 {
 			start := bytes.LastIndexByte(buf[:end], '\n') + 1
@@ -230,14 +240,16 @@ func auditTail(fs vfs.FS, path string) (AuditEntry, int64, int64, error) {
 				lineOff := size - w + int64(start)
 				e, err := decodeAuditLine(buf[start:end])
 				if err != nil {
-					return AuditEntry{}, 0, 0, errs.New(errs.CodeChainBroken, "audit %s: last line: %v", path, err).At("", 0, path, lineOff)
+					if !tornOK {
+						return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: line before a torn one: %v", path, err).At("", 0, path, lineOff)
+					}
+					return lastLine(f, path, lineOff, false)
 				}
-				after := size - w + int64(end) + 1
-				return e, after, size - after, nil
+				return e, size - w + int64(end) + 1, nil
 			}
 		}
 		if w >= 2*maxAuditLine+2 {
-			return AuditEntry{}, 0, 0, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
+			return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
 		}
 	}
 }
@@ -297,6 +309,15 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		}
 		e, err := decodeAuditLine(line[:len(line)-1])
 		if err != nil {
+			if _, perr := br.Peek(1); errors.Is(perr, io.EOF) {
+				// The last line: an append the crash cut short (a block of it
+				// lost while its newline survived) looks exactly like this.
+				// It was never acknowledged; Append writes over it. Whoever
+				// needs to tell it from tampering compares the head with one
+				// recorded elsewhere (the engine keeps it in its index).
+				head.Torn = int64(len(line))
+				return head, nil
+			}
 			return head, fail("%v", err)
 		}
 		if e.Seq != n {

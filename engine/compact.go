@@ -1,0 +1,452 @@
+package engine
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Compaction (SPEC §6) plans with the snapshot package's pure planner and
+// applies the plan here. Order and durability:
+//
+//   - create_snapshot: the snapshot is written atomically and, when the
+//     policy says verify_before_delete, proved by replay before anything
+//     else happens; then audited.
+//   - delete_snapshot, record_cut, remove_segment: audited first, then
+//     carried out. An action interrupted by a crash is planned again by the
+//     next compaction and audited again, so the audit log may repeat an
+//     entry but never misses one.
+//   - remove_segment (raw_log "truncate"): the segment is read and verified,
+//     a stub holding its record hashes is written durably, the index is told
+//     (the records' rows marked truncated, the newest version of every key
+//     that lived there kept whole in the index), the index is flushed, and
+//     only then is the segment file removed. A crash at any point leaves a
+//     database that opens and reads as before.
+
+// AuditFile is the audit log's name under the database root.
+const AuditFile = snapshot.AuditFileName
+
+// AuditPath returns the audit log of the database.
+func (db *DB) AuditPath() string { return db.fs.PathJoin(db.dir, AuditFile) }
+
+// CompactOptions control Compact.
+type CompactOptions struct {
+	// Apply carries the plan out; without it Compact only plans.
+	Apply bool
+	// Now is the planning time; zero means the database clock.
+	Now time.Time
+	// Progress, if set, is told about each action as it starts.
+	Progress func(i, n int, a snapshot.Action)
+}
+
+// CompactionResult is what Compact planned and, with Apply, did.
+type CompactionResult struct {
+	Plan    snapshot.Plan `json:"plan"`
+	Applied bool          `json:"applied"`
+	// Created is the snapshot the plan created, if any.
+	Created *snapshot.Info `json:"created,omitempty"`
+	// Removed counts segment bytes removed.
+	RemovedBytes int64 `json:"removed_bytes"`
+}
+
+// Compact plans a compaction under policy and, with opts.Apply, applies it.
+func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
+	var res CompactionResult
+	if err := policy.Validate(); err != nil {
+		return res, err
+	}
+	now := opts.Now
+	if now.IsZero() {
+		now = db.opts.Clock()
+	}
+	in, err := db.compactionInput(ctx, policy, now)
+	if err != nil {
+		return res, err
+	}
+	plan, err := snapshot.PlanCompaction(in)
+	if err != nil {
+		return res, err
+	}
+	res.Plan = plan
+	if !opts.Apply {
+		return res, nil
+	}
+	if err := db.writable(); err != nil {
+		return res, err
+	}
+	db.compactMu.Lock()
+	defer db.compactMu.Unlock()
+	retain, err := db.latestVersionsBelowCuts(ctx, plan)
+	if err != nil {
+		return res, err
+	}
+	ref := policy.PolicyRef()
+	audit := func(e snapshot.AuditEntry) error {
+		line, err := snapshot.Append(db.fs, db.AuditPath(), e)
+		if err != nil {
+			return fmt.Errorf("audit log: %w", err)
+		}
+		// The head, kept in the index, is what tells a torn last line from
+		// an altered or lost one.
+		head := be.AppendUint64(nil, line.Seq)
+		head = append(head, line.Hash[:]...)
+		return db.index.Set(metaKey(metaAudit), head, pebble.NoSync)
+	}
+	for i, a := range plan.Actions {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if opts.Progress != nil {
+			opts.Progress(i, len(plan.Actions), a)
+		}
+		entry := a.AuditEntry(db.opts.Clock(), ref)
+		switch a.Kind {
+		case snapshot.ActionCreateSnapshot:
+			info, err := db.CreateSnapshot(ctx, ref)
+			if err != nil {
+				return res, err
+			}
+			if policy.VerifyBeforeDelete {
+				if _, err := db.VerifySnapshot(ctx, info.Path); err != nil {
+					return res, fmt.Errorf("the new snapshot does not verify; nothing was deleted: %w", err)
+				}
+			}
+			res.Created = &info
+			entry.Added = append(entry.Added, snapshot.SnapshotItem(info))
+			if err := audit(entry); err != nil {
+				return res, err
+			}
+		case snapshot.ActionDeleteSnapshot:
+			if err := audit(entry); err != nil {
+				return res, err
+			}
+			if err := snapshot.Delete(db.fs, db.fs.PathJoin(db.SnapshotsDir(), a.Snapshot)); err != nil && !oserrorIsNotExist(err) {
+				return res, err
+			}
+		case snapshot.ActionRecordCut:
+			if err := audit(entry); err != nil {
+				return res, err
+			}
+		case snapshot.ActionRemoveSegment:
+			if err := audit(entry); err != nil {
+				return res, err
+			}
+			n, err := db.truncateSegment(ctx, a.Anchor, a.Segno, retain)
+			if err != nil {
+				return res, err
+			}
+			res.RemovedBytes += n
+		}
+	}
+	res.Applied = true
+	return res, db.flushIndex()
+}
+
+// VerifyAuditLog checks the audit log's hash chain and that it still holds
+// every line the index saw appended: a line lost or altered at the end is
+// INT_002, like one in the middle.
+func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
+	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
+	if err != nil {
+		return head, err
+	}
+	rec, ok, err := db.metaBytes(metaAudit)
+	if err != nil || !ok || len(rec) != 8+segment.HashSize {
+		return head, err
+	}
+	n := be.Uint64(rec)
+	if head.Lines < n {
+		e := errs.New(errs.CodeChainBroken, "audit log has %d lines; %d were appended", head.Lines, n)
+		e.File = db.AuditPath()
+		return head, e
+	}
+	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
+		if err != nil {
+			return head, err
+		}
+		if entry.Seq == n {
+			if !bytes.Equal(entry.Hash[:], rec[8:]) {
+				e := errs.New(errs.CodeChainBroken, "audit log line %d is not the line that was appended", n)
+				e.File, e.Seq = db.AuditPath(), n
+				return head, e
+			}
+			break
+		}
+	}
+	return head, nil
+}
+
+// compactionInput gathers what the planner reads: snapshots (verified when
+// the policy asks), the records and bytes since the newest snapshot, and
+// every sealed segment still on disk.
+func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, error) {
+	in := snapshot.PlanInput{Policy: policy, Now: now}
+	snaps, err := db.Snapshots(ctx)
+	if err != nil {
+		return in, err
+	}
+	for i := range snaps {
+		if snaps[i].Err == nil && policy.VerifyBeforeDelete {
+			v, err := snapshot.Verify(db.fs, snaps[i].Path)
+			if err != nil {
+				snaps[i].Err = err
+				continue
+			}
+			snaps[i] = v
+		}
+	}
+	in.Snapshots = snaps
+	var newest *snapshot.Info
+	for i := range snaps {
+		if snaps[i].Err == nil && (newest == nil || snaps[i].Created.After(newest.Created)) {
+			newest = &snaps[i]
+		}
+	}
+	for info, err := range db.Anchors(ctx) {
+		if err != nil {
+			return in, err
+		}
+		from := uint64(1)
+		if newest != nil {
+			from = newest.Frontier[info.ID].Seq + 1
+		}
+		if from <= info.Records {
+			in.Stats.RecordsSinceSnapshot += info.Records - from + 1
+			first, bytes, err := db.sinceStats(info.ID, from)
+			if err != nil {
+				return in, err
+			}
+			in.Stats.BytesSinceSnapshot += bytes
+			if in.Stats.OldestUnsnapshotted.IsZero() || (!first.IsZero() && first.Before(in.Stats.OldestUnsnapshotted)) {
+				in.Stats.OldestUnsnapshotted = first
+			}
+		}
+		segs, err := db.sealedSegments(info.ID, info.Segments)
+		if err != nil {
+			return in, err
+		}
+		in.Segments = append(in.Segments, segs...)
+	}
+	return in, nil
+}
+
+// sinceStats returns the time of record from and the frame bytes of records
+// from onwards.
+func (db *DB) sinceStats(anchor string, from uint64) (time.Time, uint64, error) {
+	prefix := anchorScoped(tagSeq, anchor)
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return time.Time{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	var bytes uint64
+	for ok := it.First(); ok; ok = it.Next() {
+		e, err := decodeSeqEntry(it.Value())
+		if err != nil {
+			return time.Time{}, 0, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q", anchor)
+		}
+		bytes += uint64(e.Size)
+	}
+	var first time.Time
+	if rec, err := db.Record(context.Background(), anchor, from); err == nil {
+		first = time.Unix(0, rec.Time)
+	}
+	return first, bytes, it.Error()
+}
+
+// sealedSegments lists the anchor's sealed segments still on disk (every
+// segment file before the active one).
+func (db *DB) sealedSegments(anchor string, active uint64) ([]snapshot.SealedSegment, error) {
+	dir := segment.AnchorDir(db.fs, db.dir, anchor)
+	names, err := db.fs.List(dir)
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	var out []snapshot.SealedSegment
+	for _, n := range names {
+		segno, ok := segment.ParseFileName(n)
+		if !ok || segno >= active {
+			continue
+		}
+		path := db.fs.PathJoin(dir, n)
+		f, err := db.fs.Open(path)
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+		}
+		h, ft, err := segment.ReadSeal(f, st.Size())
+		f.Close()
+		if err != nil {
+			var fe *segment.FrameError
+			if errors.As(err, &fe) {
+				return nil, fe.AsError(anchor, path)
+			}
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+		}
+		out = append(out, snapshot.SealedSegment{Anchor: anchor, Segno: segno, FirstSeq: h.FirstSeq,
+			LastSeq: ft.LastSeq, Bytes: st.Size(), LastHash: ft.LastHash})
+	}
+	slices.SortFunc(out, func(a, b snapshot.SealedSegment) int { return cmp.Compare(a.Segno, b.Segno) })
+	return out, nil
+}
+
+// anchorSeq names one record.
+type anchorSeq struct {
+	anchor string
+	seq    uint64
+}
+
+// latestVersionsBelowCuts finds, for the anchors a plan truncates, the
+// records that are the newest version of some key (put or delete) and lie in
+// a segment about to be removed: the index keeps those whole. Older versions
+// there are dropped: history before the cut goes with the log.
+func (db *DB) latestVersionsBelowCuts(ctx context.Context, plan snapshot.Plan) (map[anchorSeq]bool, error) {
+	below := map[string]uint64{}
+	for _, a := range plan.Actions {
+		if a.Kind == snapshot.ActionRemoveSegment && a.LastSeq > below[a.Anchor] {
+			below[a.Anchor] = a.LastSeq
+		}
+	}
+	out := map[anchorSeq]bool{}
+	if len(below) == 0 {
+		return out, nil
+	}
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	for ok := it.First(); ok; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		key, _, anchor, err := parseVersionKey(it.Key())
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeIndexMismatch, err, "read index")
+		}
+		ve, err := decodeVersionEntry(it.Value())
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
+		}
+		// Deletes too: dropping a key's newest version, a delete, would bring
+		// an older put of it back to life.
+		if cut, ok := below[anchor]; ok && ve.Seq <= cut {
+			out[anchorSeq{anchor, ve.Seq}] = true
+		}
+		next := keyPrefix(key)
+		next[len(next)-1] = 2
+		ok = it.SeekGE(next)
+	}
+	return out, it.Error()
+}
+
+// truncateSegment removes one sealed segment of the anchor, leaving its stub.
+// It is idempotent: a crash at any step is finished by running it again.
+func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, retain map[anchorSeq]bool) (int64, error) {
+	a, err := db.getAnchor(anchor, false)
+	if err != nil || a == nil {
+		return 0, err
+	}
+	if segno >= a.snapshot().segno {
+		return 0, errs.New(errs.CodeInvalidInput, "segment %d of anchor %q is not sealed", segno, anchor)
+	}
+	path := db.segmentPath(a, segno)
+	f, err := db.fs.Open(path)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			return 0, nil // removed already
+		}
+		return 0, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return 0, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
+	size := st.Size()
+	sc, err := segment.NewScanner(f, size)
+	if err != nil {
+		f.Close()
+		return 0, frameErr(anchor, path, err)
+	}
+	stub := segment.Stub{Anchor: anchor, Segno: segno, FirstSeq: sc.Header.FirstSeq, PrevHash: sc.Header.PrevHash}
+	b := db.index.NewBatch()
+	defer b.Close()
+	var scratch []byte
+	for {
+		fr, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			f.Close()
+			return 0, frameErr(anchor, path, err)
+		}
+		rec := fr.Record
+		stub.Hashes = append(stub.Hashes, rec.Hash)
+		stub.LastCounter = rec.Counter
+		// The record's row stays (its hash is a Merkle leaf) but says the
+		// bytes are gone.
+		se := seqEntry{Segno: segno, Offset: fr.Offset, Size: 0, Counter: rec.Counter, Hash: rec.Hash}
+		_ = b.Set(seqKey(anchor, rec.Seq), se.encode(scratch[:0]), nil)
+		if rec.IsKV() {
+			vk := versionKey(rec.Key, rec.Counter, anchor)
+			if retain[anchorSeq{anchor, rec.Seq}] {
+				ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno,
+					Offset: fr.Offset, Size: 0, Inline: true, Value: rec.Value}
+				if rec.Type == segment.TypeDelete {
+					ve.Type, ve.Inline, ve.Value = verDelete, false, nil
+				}
+				_ = b.Set(vk, ve.encode(scratch[:0]), nil)
+				_ = b.Set(retainedKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
+			} else {
+				// History before the cut goes with the log.
+				_ = b.Delete(vk, nil)
+			}
+		}
+	}
+	f.Close()
+	if sc.Footer() == nil {
+		return 0, errs.New(errs.CodeChainBroken, "segment %s is not sealed", path).At(anchor, 0, path, sc.Offset())
+	}
+	stubPath := db.fs.PathJoin(a.dir, segment.StubFileName(segno))
+	if err := db.writeWholeFile(stubPath, segment.AppendStub(nil, &stub)); err != nil {
+		return 0, err
+	}
+	if err := db.applyBatch(b); err != nil {
+		return 0, db.fail(err)
+	}
+	if err := db.flushIndex(); err != nil {
+		return 0, db.fail(err)
+	}
+	db.files.forget(path)
+	if err := db.fs.Remove(path); err != nil {
+		return 0, errs.Wrap(errs.CodeWriteFailed, err, "remove %s", path)
+	}
+	if err := db.syncDir(a.dir); err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
+func frameErr(anchor, path string, err error) error {
+	var fe *segment.FrameError
+	if errors.As(err, &fe) {
+		return fe.AsError(anchor, path)
+	}
+	return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+}

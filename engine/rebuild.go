@@ -1,0 +1,193 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Rebuilding the index.
+//
+// The index is a projection of the segments, so a lost index is rebuilt by
+// adopting every record on disk (reconcile.go). One thing is not in the
+// segments after compaction truncated a log: the values of keys last written
+// below the cut. Those come from the newest snapshot that covers every cut
+// and verifies; a snapshot that fails to verify is reported (INT_003) and the
+// next older one tried.
+
+// Recovery event kinds of a rebuild.
+const (
+	// EventStateFromSnapshot: the state below truncation cuts was restored
+	// from the named snapshot.
+	EventStateFromSnapshot = "state_from_snapshot"
+	// EventSnapshotSkipped: a snapshot failed to verify and was not used.
+	EventSnapshotSkipped = "snapshot_skipped"
+	// EventStateIncomplete: no snapshot covers a truncation cut; keys last
+	// written below it are missing from the state.
+	EventStateIncomplete = "state_incomplete"
+)
+
+// restoreTruncatedState writes the versions of keys whose newest record was
+// truncated (seq <= cut[anchor]) from the newest snapshot covering the cuts.
+func (db *DB) restoreTruncatedState(cut map[string]uint64) error {
+	list, err := snapshot.List(db.fs, db.SnapshotsDir())
+	if err != nil {
+		return err
+	}
+	var use *snapshot.Info
+	for i := len(list) - 1; i >= 0 && use == nil; i-- {
+		s := list[i]
+		if s.Err != nil {
+			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: s.Path, Err: asErr(s.Err)})
+			continue
+		}
+		covers := true
+		for a, c := range cut {
+			if s.Frontier[a].Seq < c {
+				covers = false
+				break
+			}
+		}
+		if !covers {
+			continue
+		}
+		v, err := snapshot.Verify(db.fs, s.Path)
+		if err != nil {
+			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: s.Path, Err: asErr(err)})
+			continue
+		}
+		use = &v
+	}
+	if use == nil {
+		e := errs.New(errs.CodeSnapshotCorrupted, "no snapshot that verifies covers the truncated logs; keys last written below the cuts are missing")
+		db.event(RecoveryEvent{Kind: EventStateIncomplete, Err: e})
+		return nil
+	}
+	s, err := snapshot.Open(db.fs, use.Path)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	b := db.index.NewBatch()
+	defer func() { _ = b.Close() }()
+	var n uint64
+	for e, err := range s.Entries() {
+		if err != nil {
+			return err
+		}
+		v := e.Version
+		if c, ok := cut[v.Anchor]; !ok || v.Seq > c {
+			continue // the record is in a segment and was adopted with it
+		}
+		ve := versionEntry{Type: verPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash, Inline: true, Value: e.Value}
+		_ = b.Set(versionKey(e.Key, v.Counter, v.Anchor), ve.encode(nil), nil)
+		n++
+		if b.Len() > 16<<20 {
+			if err := db.applyBatch(b); err != nil {
+				return err
+			}
+			_ = b.Close()
+			b = db.index.NewBatch()
+		}
+	}
+	if err := db.applyBatch(b); err != nil {
+		return err
+	}
+	db.event(RecoveryEvent{Kind: EventStateFromSnapshot, File: use.Path, Records: n})
+	return db.flushIndex()
+}
+
+func asErr(err error) *errs.Error {
+	var e *errs.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot")
+}
+
+// RebuildPlan describes what RebuildIndex does or would do.
+type RebuildPlan struct {
+	Dir      string         `json:"dir"`
+	Anchors  int            `json:"anchors"`
+	Segments int            `json:"segments"`
+	Stubs    int            `json:"stubs"`
+	Bytes    int64          `json:"bytes"`
+	Report   RecoveryReport `json:"report"`
+	Applied  bool           `json:"applied"`
+}
+
+// RebuildIndex drops the index of the (closed) database in dir and rebuilds
+// it from the segments. Without apply it only counts what a rebuild would
+// read. The database's lock is held throughout.
+func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (RebuildPlan, error) {
+	plan := RebuildPlan{Dir: dir}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return plan, err
+	}
+	fs := o.FS
+	if err := countSegments(fs, dir, &plan); err != nil {
+		return plan, err
+	}
+	if !apply {
+		return plan, nil
+	}
+	lock, err := lockDir(fs, dir)
+	if err != nil {
+		return plan, err
+	}
+	err = fs.RemoveAll(fs.PathJoin(dir, IndexDir))
+	_ = lock.Close()
+	if err != nil {
+		return plan, errs.Wrap(errs.CodeWriteFailed, err, "remove the old index")
+	}
+	db, err := Open(dir, opts)
+	if err != nil {
+		return plan, err
+	}
+	plan.Report = db.RecoveryReport()
+	plan.Applied = true
+	return plan, db.Close()
+}
+
+func countSegments(fs vfs.FS, dir string, plan *RebuildPlan) error {
+	root := fs.PathJoin(dir, "anchors")
+	fans, err := fs.List(root)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			return nil
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", root)
+	}
+	for _, fan := range fans {
+		subs, err := fs.List(fs.PathJoin(root, fan))
+		if err != nil {
+			continue
+		}
+		for _, sub := range subs {
+			d := fs.PathJoin(root, fan, sub)
+			names, err := fs.List(d)
+			if err != nil {
+				continue
+			}
+			plan.Anchors++
+			for _, n := range names {
+				st, err := fs.Stat(fs.PathJoin(d, n))
+				if err != nil {
+					continue
+				}
+				switch {
+				case len(n) > 4 && n[len(n)-4:] == ".seg":
+					plan.Segments++
+					plan.Bytes += st.Size()
+				case len(n) > 7 && n[len(n)-7:] == ".hashes":
+					plan.Stubs++
+				}
+			}
+		}
+	}
+	return nil
+}
