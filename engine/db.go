@@ -3,6 +3,7 @@
 package engine
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -47,8 +48,11 @@ type DB struct {
 	fs    vfs.FS
 	lock  io.Closer
 	index *pebble.DB
-	files *fileCache
-	id    string
+	// pebbleOpts are the options the index was opened with (a rebuild writes
+	// tables with them).
+	pebbleOpts *pebble.Options
+	files      *fileCache
+	id         string
 
 	anchorsMu sync.RWMutex
 	anchors   map[string]*anchor
@@ -206,8 +210,24 @@ func (db *DB) initIndex() error {
 	}
 	if exists {
 		db.recovery.Rebuilt = true
-		if err := db.reconcileAll(); err != nil {
-			return err
+		fast := false
+		if db.opts.rebuildFromSnapshot {
+			switch err := db.rebuildFromSnapshot(context.Background()); {
+			case err == nil:
+				fast = true
+			case errors.Is(err, errFastPathAbandoned):
+				// Start again from nothing with a full replay.
+				if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.NoSync); err != nil {
+					return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
+				}
+			default:
+				return err
+			}
+		}
+		if !fast {
+			if err := db.reconcileAll(); err != nil {
+				return err
+			}
 		}
 		if err := db.settleAll(); err != nil {
 			return err

@@ -66,12 +66,27 @@ func (db *DB) openIndex() (err error) {
 		db.opts.PebbleOptions(po)
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{db.opts.Logger}, true
+	db.pebbleOpts = po
 	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open index")
 	}
 	db.index = idx
 	return nil
+}
+
+// indexVersion writes the 'k' row of a put or delete stored at (segno,
+// offset) with the given frame size.
+func indexVersion(b *pebble.Batch, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
+	ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
+	if rec.Type == segment.TypeDelete {
+		ve.Type = verDelete
+	} else if len(rec.Value) <= inlineMax {
+		ve.Inline, ve.Value = true, rec.Value
+	}
+	scratch = ve.encode(scratch[:0])
+	_ = b.Set(versionKey(rec.Key, rec.Counter, rec.Anchor), scratch, nil)
+	return scratch
 }
 
 // indexRecord writes the 's', 'k' and 'i' rows of a record stored at
@@ -83,14 +98,7 @@ func indexRecord(b *pebble.Batch, rec *segment.Record, segno uint64, offset int6
 	scratch = se.encode(scratch[:0])
 	_ = b.Set(seqKey(rec.Anchor, rec.Seq), scratch, nil)
 	if rec.IsKV() {
-		ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
-		if rec.Type == segment.TypeDelete {
-			ve.Type = verDelete
-		} else if len(rec.Value) <= inlineMax {
-			ve.Inline, ve.Value = true, rec.Value
-		}
-		scratch = ve.encode(scratch[:0])
-		_ = b.Set(versionKey(rec.Key, rec.Counter, rec.Anchor), scratch, nil)
+		scratch = indexVersion(b, rec, segno, offset, size, inlineMax, scratch)
 	}
 	if len(rec.IdempotencyKey) > 0 {
 		ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash,

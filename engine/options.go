@@ -61,6 +61,10 @@ type Options struct {
 	// Logger receives recovery reports and background errors. Default: none.
 	Logger Logger
 
+	// rebuildFromSnapshot makes a rebuild of a missing index start from the
+	// newest snapshot (set by RebuildIndex).
+	rebuildFromSnapshot bool
+
 	// PebbleOptions, if set, may adjust the index's Pebble options after the
 	// defaults are applied (cache size, memtable size). The FS and logger are
 	// set by the engine and must not be changed.

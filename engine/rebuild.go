@@ -28,6 +28,9 @@ const (
 	// EventStateIncomplete: no snapshot covers a truncation cut; keys last
 	// written below it are missing from the state.
 	EventStateIncomplete = "state_incomplete"
+	// EventFastRebuildAbandoned: a rebuild from a snapshot met something only
+	// a full replay handles, and fell back to it.
+	EventFastRebuildAbandoned = "fast_rebuild_abandoned"
 )
 
 // restoreTruncatedState writes the versions of keys whose newest record was
@@ -123,6 +126,24 @@ type RebuildPlan struct {
 // it from the segments. Without apply it only counts what a rebuild would
 // read. The database's lock is held throughout.
 func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (RebuildPlan, error) {
+	return RebuildIndexWith(ctx, dir, opts, RebuildOptions{Apply: apply})
+}
+
+// RebuildOptions control RebuildIndexWith.
+type RebuildOptions struct {
+	// Apply rebuilds; without it the rebuild is only planned.
+	Apply bool
+	// FromSnapshot starts from the newest snapshot that verifies: the state
+	// at its frontier comes from it and the records up to it are indexed
+	// without recomputing their hashes (see fastrebuild.go). Much faster on
+	// a large log; history before the snapshot is not rebuilt. Anything
+	// unusual on disk falls back to a full replay.
+	FromSnapshot bool
+}
+
+// RebuildIndexWith is RebuildIndex with options.
+func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildOptions) (RebuildPlan, error) {
+	apply := ro.Apply
 	plan := RebuildPlan{Dir: dir}
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -144,6 +165,7 @@ func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (Re
 	if err != nil {
 		return plan, errs.Wrap(errs.CodeWriteFailed, err, "remove the old index")
 	}
+	opts.rebuildFromSnapshot = ro.FromSnapshot
 	db, err := Open(dir, opts)
 	if err != nil {
 		return plan, err
