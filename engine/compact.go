@@ -191,12 +191,32 @@ func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
 // every sealed segment still on disk.
 func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, error) {
 	in := snapshot.PlanInput{Policy: policy, Now: now}
-	snaps, err := db.Snapshots(ctx)
-	if err != nil {
+	var err error
+	if in.Snapshots, err = db.snapshotsFor(ctx, policy.VerifyBeforeDelete); err != nil {
 		return in, err
 	}
+	var anchors []AnchorInfo
+	if in.Stats, anchors, err = db.unsnapshotted(ctx, in.Snapshots); err != nil {
+		return in, err
+	}
+	for _, info := range anchors {
+		segs, err := db.sealedSegments(info.ID, info.Segments)
+		if err != nil {
+			return in, err
+		}
+		in.Segments = append(in.Segments, segs...)
+	}
+	return in, nil
+}
+
+// snapshotsFor lists the snapshots, verifying each readable one if asked.
+func (db *DB) snapshotsFor(ctx context.Context, verify bool) ([]snapshot.Info, error) {
+	snaps, err := db.Snapshots(ctx)
+	if err != nil {
+		return nil, err
+	}
 	for i := range snaps {
-		if snaps[i].Err == nil && policy.VerifyBeforeDelete {
+		if snaps[i].Err == nil && verify {
 			v, err := snapshot.Verify(db.fs, snaps[i].Path)
 			if err != nil {
 				snaps[i].Err = err
@@ -205,39 +225,43 @@ func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now t
 			snaps[i] = v
 		}
 	}
-	in.Snapshots = snaps
+	return snaps, nil
+}
+
+// unsnapshotted measures what the newest readable snapshot does not cover,
+// and returns every anchor's head on the way.
+func (db *DB) unsnapshotted(ctx context.Context, snaps []snapshot.Info) (snapshot.Stats, []AnchorInfo, error) {
+	var st snapshot.Stats
 	var newest *snapshot.Info
 	for i := range snaps {
 		if snaps[i].Err == nil && (newest == nil || snaps[i].Created.After(newest.Created)) {
 			newest = &snaps[i]
 		}
 	}
+	var anchors []AnchorInfo
 	for info, err := range db.Anchors(ctx) {
 		if err != nil {
-			return in, err
+			return st, nil, err
 		}
+		anchors = append(anchors, info)
 		from := uint64(1)
 		if newest != nil {
 			from = newest.Frontier[info.ID].Seq + 1
 		}
-		if from <= info.Records {
-			in.Stats.RecordsSinceSnapshot += info.Records - from + 1
-			first, bytes, err := db.sinceStats(info.ID, from)
-			if err != nil {
-				return in, err
-			}
-			in.Stats.BytesSinceSnapshot += bytes
-			if in.Stats.OldestUnsnapshotted.IsZero() || (!first.IsZero() && first.Before(in.Stats.OldestUnsnapshotted)) {
-				in.Stats.OldestUnsnapshotted = first
-			}
+		if from > info.Records {
+			continue
 		}
-		segs, err := db.sealedSegments(info.ID, info.Segments)
+		st.RecordsSinceSnapshot += info.Records - from + 1
+		first, bytes, err := db.sinceStats(info.ID, from)
 		if err != nil {
-			return in, err
+			return st, nil, err
 		}
-		in.Segments = append(in.Segments, segs...)
+		st.BytesSinceSnapshot += bytes
+		if st.OldestUnsnapshotted.IsZero() || (!first.IsZero() && first.Before(st.OldestUnsnapshotted)) {
+			st.OldestUnsnapshotted = first
+		}
 	}
-	return in, nil
+	return st, anchors, nil
 }
 
 // sinceStats returns the time of record from and the frame bytes of records

@@ -4,6 +4,7 @@ import (
 	"context"
 	"iter"
 	"strings"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
@@ -88,6 +89,13 @@ type Stats struct {
 	InFlightBytes   int64  `json:"in_flight_bytes"`
 	OpenFiles       int    `json:"open_segment_files"`
 	Clock           uint64 `json:"clock"`
+	Snapshots       int    `json:"snapshots"`
+	// RecordsUnsnapshotted counts the records after the newest snapshot's
+	// frontier; OldestUnsnapshottedAge is the age of the oldest of them (0
+	// when there is none).
+	RecordsUnsnapshotted   uint64        `json:"records_unsnapshotted"`
+	OldestUnsnapshottedAge time.Duration `json:"oldest_unsnapshotted_age_ns"`
+	Metrics                Metrics       `json:"metrics"`
 }
 
 // Stats counts anchors, records and bytes. It walks the segment directories,
@@ -125,5 +133,24 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	}
 	m := db.index.Metrics()
 	s.IndexBytes = m.DiskSpaceUsage()
+	s.Metrics = db.Metrics()
+	// What the newest snapshot does not cover (the retention triggers).
+	snaps, err := db.snapshotsFor(ctx, false)
+	if err != nil {
+		return s, err
+	}
+	for _, si := range snaps {
+		if si.Err == nil {
+			s.Snapshots++
+		}
+	}
+	since, _, err := db.unsnapshotted(ctx, snaps)
+	if err != nil {
+		return s, err
+	}
+	s.RecordsUnsnapshotted = since.RecordsSinceSnapshot
+	if t := since.OldestUnsnapshotted; !t.IsZero() && s.RecordsUnsnapshotted > 0 {
+		s.OldestUnsnapshottedAge = db.opts.Clock().Sub(t)
+	}
 	return s, nil
 }
