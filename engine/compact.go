@@ -458,6 +458,9 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 		return 0, db.fail(err)
 	}
 	db.files.forget(path)
+	db.cutsMu.Lock()
+	delete(db.cuts, anchor)
+	db.cutsMu.Unlock()
 	if err := db.fs.Remove(path); err != nil {
 		return 0, errs.Wrap(errs.CodeWriteFailed, err, "remove %s", path)
 	}

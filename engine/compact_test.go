@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -128,6 +129,10 @@ func TestCompactTruncatesAndRebuilds(t *testing.T) {
 		if first > 1 {
 			if _, err := db.Record(ctx, info.ID, 1); err != nil && !errors.Is(err, ErrDependencyMissing) {
 				t.Fatalf("record below the cut: %v", err)
+			}
+			// The state at a frontier inside the truncated log is unknown.
+			if _, err := db.GetAt(ctx, []byte("k001"), merge.Frontier{info.ID: 1}); !errors.Is(err, ErrDependencyMissing) {
+				t.Fatalf("getat below the cut: %v, want STATE_003", err)
 			}
 		}
 	}

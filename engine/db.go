@@ -89,8 +89,10 @@ type DB struct {
 	stopBg      chan struct{}
 	stopApplier chan struct{}
 	bg          sync.WaitGroup
-	settleMu    sync.Mutex // one settle at a time
-	compactMu   sync.Mutex // one compaction at a time
+	cutsMu      sync.Mutex
+	cuts        map[string]uint64 // anchor → first seq still in a segment (cutOf)
+	settleMu    sync.Mutex        // one settle at a time
+	compactMu   sync.Mutex        // one compaction at a time
 
 	recovery RecoveryReport
 	opened   time.Time
@@ -122,6 +124,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		stopBg:          make(chan struct{}),
 		stopApplier:     make(chan struct{}),
 		pendingIdem:     make(map[string]idemEntry),
+		cuts:            make(map[string]uint64),
 		bufferedAnchors: make(map[*anchor]struct{}),
 		opened:          time.Now(),
 	}

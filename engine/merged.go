@@ -172,6 +172,19 @@ func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version,
 	if err := f.Validate(); err != nil {
 		return Version{}, err
 	}
+	// Compaction keeps only each key's newest version below a cut: the state
+	// at a frontier inside the truncated part is no longer known.
+	for _, id := range f.Anchors() {
+		first, err := db.cutOf(id)
+		if err != nil {
+			return Version{}, err
+		}
+		if f[id] < first-1 {
+			e := errs.New(errs.CodeDependencyMissing, "the frontier names seq %d of anchor %q, whose log was truncated through seq %d", f[id], id, first-1)
+			e.Anchor, e.Seq = id, f[id]
+			return Version{}, e
+		}
+	}
 	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
 		return Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
 	}

@@ -207,6 +207,25 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 	return out, nil
 }
 
+// cutOf returns firstPresent of the anchor, cached: it changes only when
+// compaction truncates the anchor (truncateSegment forgets the entry).
+func (db *DB) cutOf(anchor string) (uint64, error) {
+	db.cutsMu.Lock()
+	v, ok := db.cuts[anchor]
+	db.cutsMu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := db.firstPresent(anchor)
+	if err != nil {
+		return 0, err
+	}
+	db.cutsMu.Lock()
+	db.cuts[anchor] = v
+	db.cutsMu.Unlock()
+	return v, nil
+}
+
 // firstPresent returns the first seq of the anchor whose record is still in
 // a segment (1 unless compaction truncated the log).
 func (db *DB) firstPresent(anchor string) (uint64, error) {
