@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -66,7 +66,12 @@ func (t *tableWriter) set(k, v []byte) error {
 			return errs.Wrap(errs.CodeWriteFailed, err, "create %s", path)
 		}
 		po := t.db.pebbleOpts
-		t.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), po.MakeWriterOptions(0, t.db.index.TableFormat()))
+		wo := po.MakeWriterOptions(0, t.db.index.TableFormat())
+		// Uncompressed: the rebuild's tables are written once and rewritten
+		// by Pebble's compactions later; compressing them here would put
+		// snappy on the rebuild's critical path.
+		wo.Compression = sstable.NoCompression
+		t.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 		t.paths = append(t.paths, path)
 		t.size = 0
 	}
@@ -95,15 +100,6 @@ func (t *tableWriter) finish() error {
 
 type kv struct{ k, v []byte }
 
-// location of a record in its segment, for the k rows written from the
-// snapshot.
-type location struct {
-	segno  uint64
-	offset int64
-	size   uint32
-	found  bool
-}
-
 // rebuildFromSnapshot builds the index of an empty Pebble from the newest
 // snapshot that verifies and the segments. It returns errFastPathAbandoned
 // (with the reason in an event) when the full replay must do the work.
@@ -116,22 +112,27 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var snap *snapshot.Info
+	// The newest snapshot whose file checks; its entries are checked against
+	// its state hash while they are written (a failure there abandons the
+	// fast path before anything is ingested).
+	var snap *snapshot.Snapshot
 	for i := len(list) - 1; i >= 0 && snap == nil; i-- {
 		if list[i].Err != nil {
 			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: list[i].Path, Err: asErr(list[i].Err)})
 			continue
 		}
-		v, err := snapshot.Verify(db.fs, list[i].Path)
+		s, err := snapshot.Open(db.fs, list[i].Path)
 		if err != nil {
 			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: list[i].Path, Err: asErr(err)})
 			continue
 		}
-		snap = &v
+		snap = s
 	}
 	if snap == nil {
 		return abandon("no snapshot verifies")
 	}
+	defer snap.Close()
+	info := snap.Info()
 	anchors, err := db.rebuildAnchors()
 	if err != nil {
 		if errors.Is(err, errFastPathAbandoned) {
@@ -139,20 +140,15 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 		return err
 	}
-	front := snap.Frontier
+	front := info.Frontier
 	onDisk := map[string]bool{}
-	for id := range front {
-		onDisk[id] = true
+	for _, ra := range anchors {
+		onDisk[ra.id] = true
 	}
-
-	// The k rows written from the snapshot need the location of each
-	// version's record: collect which records those are.
-	need := map[anchorSeq]*location{}
-	if err := forSnapshotEntries(db, snap.Path, func(e snapshot.Entry) error {
-		need[anchorSeq{e.Version.Anchor, e.Version.Seq}] = &location{}
-		return nil
-	}); err != nil {
-		return err
+	for id := range front {
+		if !onDisk[id] {
+			return abandon("the snapshot names anchor %q, which has no segments", id)
+		}
 	}
 
 	var tag [8]byte
@@ -164,28 +160,104 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	defer func() { _ = db.fs.RemoveAll(tmp) }()
 	tw := func(name string) *tableWriter { return &tableWriter{db: db, dir: tmp, name: name} }
 	aW, iW, kW, nW, sW := tw("a"), tw("i"), tw("k"), tw("n"), tw("s")
+
+	// The state at the frontier goes to the k table while the anchors are
+	// read. Its rows do not say where their records are (segno 0): reads
+	// find that in the records' s rows.
+	kDone := make(chan error, 1)
+	go func() {
+		var err error
+		for e, eerr := range snap.Entries() {
+			if eerr != nil {
+				err = eerr
+				break
+			}
+			v := e.Version
+			ve := versionEntry{Type: verPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash}
+			if len(e.Value) <= db.opts.InlineValueMax {
+				ve.Inline, ve.Value = true, e.Value
+			}
+			if err = kW.set(versionKey(e.Key, v.Counter, v.Anchor), ve.encode(nil)); err != nil {
+				break
+			}
+		}
+		kDone <- errors.Join(err, kW.finish())
+	}()
+
+	// Anchors are read by workers and written in id order by this goroutine.
+	type result struct {
+		out rebuiltAnchor
+		err error
+		ok  chan struct{}
+	}
+	results := make([]result, len(anchors))
+	for i := range results {
+		results[i].ok = make(chan struct{})
+	}
+	next := make(chan int)
+	window := make(chan struct{}, 16) // anchors read ahead of the writer
+	stop := make(chan struct{})
+	defer close(stop)
+	workers := max(1, min(4, runtime.GOMAXPROCS(0)))
+	for w := 0; w < workers; w++ {
+		go func() {
+			for i := range next {
+				results[i].out, results[i].err = db.rebuildAnchor(anchors[i], front[anchors[i].id].Seq)
+				close(results[i].ok)
+			}
+		}()
+	}
+	go func() {
+		defer close(next)
+		for i := range anchors {
+			select {
+			case window <- struct{}{}:
+			case <-stop:
+				return
+			}
+			select {
+			case next <- i:
+			case <-stop:
+				return
+			}
+		}
+	}()
 	tail := db.index.NewBatch()
 	defer func() { _ = tail.Close() }()
-	var clock uint64
-	var records uint64
-	for _, ra := range anchors {
+	var clock, records uint64
+	for i, ra := range anchors {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		fr := front[ra.id].Seq
-		st, err := db.rebuildAnchor(ra, fr, need, sW, iW, nW, tail, &records)
-		if err != nil {
-			if errors.Is(err, errFastPathAbandoned) {
-				return abandon("anchor %q: %v", ra.id, err)
+		<-results[i].ok
+		<-window
+		r := results[i]
+		results[i].out = rebuiltAnchor{} // let it go
+		if r.err != nil {
+			if errors.Is(r.err, errFastPathAbandoned) {
+				return abandon("anchor %q: %v", ra.id, r.err)
 			}
-			return err
+			return r.err
 		}
-		delete(onDisk, ra.id)
-		meta := anchorMeta{ActiveSegno: st.segno, ActiveFirstSeq: st.segFirst}
+		for _, t := range []struct {
+			w    *tableWriter
+			rows []kv
+		}{{sW, r.out.s}, {iW, r.out.i}, {nW, r.out.n}} {
+			for _, row := range t.rows {
+				if err := t.w.set(row.k, row.v); err != nil {
+					return err
+				}
+			}
+		}
+		for _, row := range r.out.k {
+			_ = tail.Set(row.k, row.v, nil)
+		}
+		meta := anchorMeta{ActiveSegno: r.out.st.segno, ActiveFirstSeq: r.out.st.segFirst}
 		if err := aW.set(anchorKey(ra.id), meta.encode(nil)); err != nil {
 			return err
 		}
-		clock = max(clock, st.lastCounter)
+		clock = max(clock, r.out.st.lastCounter)
+		records += r.out.records
 		if tail.Len() > 16<<20 {
 			if err := db.applyBatch(tail); err != nil {
 				return err
@@ -194,23 +266,11 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			tail = db.index.NewBatch()
 		}
 	}
-	// The state at the frontier, sorted like the k table.
-	if err := forSnapshotEntries(db, snap.Path, func(e snapshot.Entry) error {
-		v := e.Version
-		loc := need[anchorSeq{v.Anchor, v.Seq}]
-		ve := versionEntry{Type: verPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash}
-		if loc != nil && loc.found {
-			ve.Segno, ve.Offset, ve.Size = loc.segno, loc.offset, loc.size
+	if err := <-kDone; err != nil {
+		if errs.CodeOf(err) == errs.CodeSnapshotCorrupted {
+			return abandon("snapshot %s: %v", info.Path, err)
 		}
-		if len(e.Value) <= db.opts.InlineValueMax || ve.Size == 0 {
-			ve.Inline, ve.Value = true, e.Value
-		}
-		return kW.set(versionKey(e.Key, v.Counter, v.Anchor), ve.encode(nil))
-	}); err != nil {
 		return err
-	}
-	for id := range onDisk {
-		return abandon("the snapshot names anchor %q, which has no segments", id)
 	}
 	var paths []string
 	for _, t := range []*tableWriter{aW, iW, kW, nW, sW} {
@@ -228,8 +288,15 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		return err
 	}
 	db.clock.Store(clock)
-	db.event(RecoveryEvent{Kind: EventStateFromSnapshot, File: snap.Path, Records: records})
+	db.event(RecoveryEvent{Kind: EventStateFromSnapshot, File: info.Path, Records: records})
 	return db.flushIndex()
+}
+
+// rebuiltAnchor is one anchor's rows, sorted within each table, and its head.
+type rebuiltAnchor struct {
+	st         anchorHead
+	s, i, n, k []kv // k: versions of the tail, for a batch
+	records    uint64
 }
 
 // rebuildAnchors lists every anchor directory with its segments and stubs,
@@ -288,12 +355,13 @@ func (db *DB) rebuildAnchors() ([]rebuildAnchor, error) {
 	return out, nil
 }
 
-// rebuildAnchor reads one anchor's stubs and segments and writes its s, i
-// and n rows (sorted) and the k rows of its tail (after the frontier seq fr)
-// into tail. It returns the anchor's head.
-func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, need map[anchorSeq]*location,
-	sW, iW, nW *tableWriter, tail *pebble.Batch, records *uint64) (anchorHead, error) {
-	st := anchorHead{headHash: segment.GenesisHash(ra.id)}
+// rebuildAnchor reads one anchor's stubs and segments and returns its s, i
+// and n rows (sorted), the k rows of its tail (after the frontier seq fr) and
+// its head. It runs in a worker; it writes nothing.
+func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64) (rebuiltAnchor, error) {
+	var out rebuiltAnchor
+	st := &out.st
+	*st = anchorHead{headHash: segment.GenesisHash(ra.id)}
 	tree := merkleFactory.NewEmptyRange(0)
 	var nodes, idems []kv
 	visit := func(id compact.NodeID, hash []byte) {
@@ -301,43 +369,42 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, need map[anchorSeq]*loc
 			nodes = append(nodes, kv{nodeKey(ra.id, uint8(id.Level), id.Index), slices.Clone(hash)})
 		}
 	}
-	var scratch []byte
-	add := func(segno uint64, off int64, size int, rec *segment.Record) error {
+	add := func(segno uint64, off int64, size int, rec *segment.Record) {
 		se := seqEntry{Segno: segno, Offset: off, Size: uint32(size), Counter: rec.Counter, Hash: rec.Hash}
-		if err := sW.set(seqKey(ra.id, rec.Seq), se.encode(scratch[:0])); err != nil {
-			return err
-		}
+		out.s = append(out.s, kv{seqKey(ra.id, rec.Seq), se.encode(make([]byte, 0, seqEntrySize))})
 		leaf := segment.LeafHash(rec.Hash)
 		_ = tree.Append(leaf[:], visit)
 		if len(rec.IdempotencyKey) > 0 {
 			ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value)}
 			idems = append(idems, kv{idemKey(ra.id, rec.IdempotencyKey), ie.encode(nil)})
 		}
-		if loc := need[anchorSeq{ra.id, rec.Seq}]; loc != nil {
-			*loc = location{segno: segno, offset: off, size: uint32(size), found: true}
-		}
 		if rec.Seq > fr && rec.IsKV() {
 			// The tail: its versions are not in the snapshot.
-			scratch = indexVersion(tail, rec, segno, off, size, db.opts.InlineValueMax, scratch)
+			ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: off, Size: uint32(size)}
+			if rec.Type == segment.TypeDelete {
+				ve.Type = verDelete
+			} else if len(rec.Value) <= db.opts.InlineValueMax {
+				ve.Inline, ve.Value = true, rec.Value
+			}
+			out.k = append(out.k, kv{versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil)})
 		}
 		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter
-		*records++
-		return nil
+		out.records++
 	}
 	// Stubs first (a truncated log), then segments.
 	first := ra.segs[0].segno
 	for segno := uint64(1); segno < first; segno++ {
 		path, ok := ra.stubs[segno]
 		if !ok {
-			return st, fmt.Errorf("%w: segment %d has neither file nor stub", errFastPathAbandoned, segno)
+			return out, fmt.Errorf("%w: segment %d has neither file nor stub", errFastPathAbandoned, segno)
 		}
 		buf, err := readWhole(db.fs, path)
 		if err != nil {
-			return st, err
+			return out, err
 		}
 		stub, err := segment.ParseStub(buf)
 		if err != nil || stub.FirstSeq != st.head+1 || stub.PrevHash != st.headHash {
-			return st, fmt.Errorf("%w: stub %s does not continue the chain", errFastPathAbandoned, path)
+			return out, fmt.Errorf("%w: stub %s does not continue the chain", errFastPathAbandoned, path)
 		}
 		for i, h := range stub.Hashes {
 			rec := segment.Record{Seq: stub.FirstSeq + uint64(i), Hash: h}
@@ -345,9 +412,7 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, need map[anchorSeq]*loc
 				rec.Counter = stub.LastCounter
 			}
 			se := seqEntry{Segno: segno, Hash: h, Counter: rec.Counter}
-			if err := sW.set(seqKey(ra.id, rec.Seq), se.encode(scratch[:0])); err != nil {
-				return st, err
-			}
+			out.s = append(out.s, kv{seqKey(ra.id, rec.Seq), se.encode(nil)})
 			leaf := segment.LeafHash(h)
 			_ = tree.Append(leaf[:], visit)
 			st.head, st.headHash, st.lastCounter = rec.Seq, h, rec.Counter
@@ -355,26 +420,26 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, need map[anchorSeq]*loc
 	}
 	for i, sf := range ra.segs {
 		if sf.segno != first+uint64(i) {
-			return st, fmt.Errorf("%w: segment %d is missing", errFastPathAbandoned, first+uint64(i))
+			return out, fmt.Errorf("%w: segment %d is missing", errFastPathAbandoned, first+uint64(i))
 		}
 		f, err := db.fs.Open(sf.path)
 		if err != nil {
-			return st, errs.Wrap(errs.CodeWriteFailed, err, "open %s", sf.path)
+			return out, errs.Wrap(errs.CodeWriteFailed, err, "open %s", sf.path)
 		}
 		info, err := f.Stat()
 		if err != nil {
 			f.Close()
-			return st, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", sf.path)
+			return out, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", sf.path)
 		}
 		sc, err := segment.NewScanner(f, info.Size())
 		if err != nil {
 			f.Close()
-			return st, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
+			return out, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
 		}
 		h := sc.Header
 		if h.Anchor != ra.id || h.Segno != sf.segno || h.FirstSeq != st.head+1 || h.PrevHash != st.headHash {
 			f.Close()
-			return st, fmt.Errorf("%w: %s does not continue the chain", errFastPathAbandoned, sf.path)
+			return out, fmt.Errorf("%w: %s does not continue the chain", errFastPathAbandoned, sf.path)
 		}
 		sc.SkipHashes = true
 		st.segno, st.segFirst, st.segCount = sf.segno, h.FirstSeq, 0
@@ -385,43 +450,31 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, need map[anchorSeq]*loc
 			}
 			if err != nil {
 				f.Close()
-				return st, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
+				return out, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
 			}
 			rec := fr2.Record
 			if rec.Seq > fr && rec.ComputeHash() != rec.Hash {
 				f.Close()
-				return st, fmt.Errorf("%w: record %d does not hash to its hash", errFastPathAbandoned, rec.Seq)
+				return out, fmt.Errorf("%w: record %d does not hash to its hash", errFastPathAbandoned, rec.Seq)
 			}
-			if err := add(sf.segno, fr2.Offset, fr2.Size, &rec); err != nil {
-				f.Close()
-				return st, err
-			}
+			add(sf.segno, fr2.Offset, fr2.Size, &rec)
 		}
 		sealed := sc.Footer() != nil
 		f.Close()
 		if !sealed && i < len(ra.segs)-1 {
-			return st, fmt.Errorf("%w: %s is not sealed", errFastPathAbandoned, sf.path)
+			return out, fmt.Errorf("%w: %s is not sealed", errFastPathAbandoned, sf.path)
 		}
 		if sealed {
 			st.segno, st.segFirst = sf.segno+1, st.head+1
 		}
 	}
 	if st.head < fr {
-		return st, fmt.Errorf("%w: the log ends at seq %d, before the snapshot's frontier %d", errFastPathAbandoned, st.head, fr)
+		return out, fmt.Errorf("%w: the log ends at seq %d, before the snapshot's frontier %d", errFastPathAbandoned, st.head, fr)
 	}
 	slices.SortFunc(nodes, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
 	slices.SortFunc(idems, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
-	for _, r := range idems {
-		if err := iW.set(r.k, r.v); err != nil {
-			return st, err
-		}
-	}
-	for _, r := range nodes {
-		if err := nW.set(r.k, r.v); err != nil {
-			return st, err
-		}
-	}
-	return st, nil
+	out.n, out.i = nodes, idems
+	return out, nil
 }
 
 func readWhole(fs vfs.FS, path string) ([]byte, error) {
@@ -439,21 +492,4 @@ func readWhole(fs vfs.FS, path string) ([]byte, error) {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
 	}
 	return buf, nil
-}
-
-func forSnapshotEntries(db *DB, path string, fn func(snapshot.Entry) error) error {
-	s, err := snapshot.Open(db.fs, path)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	for e, err := range s.Entries() {
-		if err != nil {
-			return err
-		}
-		if err := fn(e); err != nil {
-			return err
-		}
-	}
-	return nil
 }

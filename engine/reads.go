@@ -75,7 +75,7 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 	case ve.Inline:
 		out.Value = append([]byte(nil), ve.Value...)
 	default:
-		rec, err := db.readFrame(ctx, anchor, ve.Seq, seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash})
+		rec, err := db.readVersionFrame(ctx, anchor, counter, &ve)
 		if err != nil {
 			return Version{}, err
 		}
@@ -116,7 +116,7 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
 				return
 			}
-			rec, err := db.readFrame(ctx, anchor, ve.Seq, seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash})
+			rec, err := db.readVersionFrame(ctx, anchor, counter, &ve)
 			if err != nil && ve.Size == 0 && errors.Is(err, ErrDependencyMissing) {
 				// The record was truncated and only its version survives (a
 				// rebuild restored it from a snapshot): give what the index
@@ -247,6 +247,26 @@ func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2
 			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 		}
 	}
+}
+
+// readVersionFrame reads the record of a version. A version row written by a
+// rebuild from a snapshot does not know where its record is (segno 0): the
+// record's own 's' row does.
+func (db *DB) readVersionFrame(ctx context.Context, anchor string, counter uint64, ve *versionEntry) (segment.Record, error) {
+	e := seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash}
+	if ve.Segno == 0 {
+		row, ok, err := db.seqEntry(anchor, ve.Seq)
+		if err != nil {
+			return segment.Record{}, err
+		}
+		if !ok {
+			e := errs.New(errs.CodeIndexMismatch, "anchor %q has a version of seq %d but no record row", anchor, ve.Seq)
+			e.Anchor, e.Seq = anchor, ve.Seq
+			return segment.Record{}, e
+		}
+		e = row
+	}
+	return db.readFrame(ctx, anchor, ve.Seq, e)
 }
 
 // retained returns a record whose segment was truncated, if compaction kept

@@ -1,0 +1,289 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"slices"
+	"testing"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/klauspost/compress/zstd"
+)
+
+// Issue 4's benchmarks: the merged view, snapshots and index rebuilds, each
+// with its peer in the same run.
+//
+//	BenchmarkMerge / BenchmarkPeerSortMerge — 1,000 anchors × 1,000 records,
+//	    streamed in merged order vs collected and sorted (slices.SortFunc).
+//	BenchmarkSnapshotCreate / BenchmarkPeerZstdOnly — the state of 100,000
+//	    keys to a snapshot file vs the same key and value bytes through zstd.
+//	BenchmarkRebuildIndex/full and /from-snapshot — dropping and rebuilding
+//	    the index of 1,000,000 records (a snapshot at 900,000, a tail of
+//	    100,000 after it).
+
+const (
+	mergeAnchors = 1000
+	mergePer     = 1000
+)
+
+// loadInterleaved builds a closed database of anchors × per records whose
+// counters interleave: each batch holds one record of every anchor, so the
+// merged order switches anchor at every record. With snapAt > 0 a snapshot is
+// taken after that many records.
+func loadInterleaved(name string, anchors, per, snapAt int) (string, error) {
+	dir, err := fixtureDir(name)
+	if err != nil {
+		return "", err
+	}
+	db, err := engine.Open(dir, engine.Options{NoSync: true})
+	if err != nil {
+		return "", err
+	}
+	ids := AnchorIDs(anchors)
+	ctx := context.Background()
+	entries := make([]engine.Entry, anchors)
+	bufs := make([]kvBuf, anchors)
+	n := 0
+	for round := 0; round < per; round++ {
+		for a := range ids {
+			k, v := bufs[a].kv(uint64(n + a))
+			entries[a] = engine.Entry{Anchor: ids[a], Type: segment.TypePut, Key: k, Value: v}
+		}
+		if _, err := db.AppendBatch(ctx, entries); err != nil {
+			_ = db.Close()
+			return "", err
+		}
+		n += anchors
+		if snapAt > 0 && n == snapAt {
+			if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+				_ = db.Close()
+				return "", err
+			}
+		}
+	}
+	return dir, db.Close()
+}
+
+var mergeFixtures onceBySize[string]
+
+func mergeFixture(tb testing.TB) *engine.DB {
+	dir, err := mergeFixtures.get(mergeAnchors*mergePer, func(int) (string, error) {
+		return loadInterleaved("merge", mergeAnchors, mergePer, 0)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func BenchmarkMerge(b *testing.B) {
+	db := mergeFixture(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var recs int64
+	for i := 0; i < b.N; i++ {
+		var last uint64
+		for p, err := range db.Merged(ctx, engine.MergedOptions{}) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			if p.Record.Counter < last {
+				b.Fatal("merged order goes back")
+			}
+			last = p.Record.Counter
+			recs++
+		}
+	}
+	b.ReportMetric(float64(recs)/b.Elapsed().Seconds(), "records/s")
+}
+
+func BenchmarkPeerSortMerge(b *testing.B) {
+	db := mergeFixture(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var recs int64
+	for i := 0; i < b.N; i++ {
+		var all []segment.Record
+		for info, err := range db.Anchors(ctx) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			for rec, err := range db.Log(ctx, info.ID, 1, 0) {
+				if err != nil {
+					b.Fatal(err)
+				}
+				all = append(all, rec)
+			}
+		}
+		slices.SortFunc(all, func(x, y segment.Record) int {
+			if x.Counter != y.Counter {
+				if x.Counter < y.Counter {
+					return -1
+				}
+				return 1
+			}
+			return bytes.Compare([]byte(x.Anchor), []byte(y.Anchor))
+		})
+		recs += int64(len(all))
+	}
+	b.ReportMetric(float64(recs)/b.Elapsed().Seconds(), "records/s")
+}
+
+const snapshotKeys = 100_000
+
+var snapshotFixtures onceBySize[string]
+
+func snapshotFixture(tb testing.TB) *engine.DB {
+	dir, err := snapshotFixtures.get(snapshotKeys, func(n int) (string, error) {
+		return loadInterleaved("snapshot", 100, n/100, 0)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func BenchmarkSnapshotCreate(b *testing.B) {
+	db := snapshotFixture(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	var recs, raw int64
+	for i := 0; i < b.N; i++ {
+		info, err := db.CreateSnapshot(ctx, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := snapshot.Delete(db.FS(), info.Path); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		recs += int64(info.Entries)
+		raw += int64(info.RawSize)
+	}
+	b.ReportMetric(float64(recs)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(raw)/1e6/b.Elapsed().Seconds(), "MB/s")
+}
+
+func BenchmarkPeerZstdOnly(b *testing.B) {
+	db := snapshotFixture(b)
+	ctx := context.Background()
+	// The same state bytes the snapshot holds (keys and values), gathered
+	// outside the timer.
+	var state [][]byte
+	for v, err := range db.Scan(ctx, nil) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		state = append(state, v.Key, v.Value)
+	}
+	b.ResetTimer()
+	var recs, raw int64
+	for i := 0; i < b.N; i++ {
+		enc, err := zstd.NewWriter(io.Discard, snapshot.EncoderOptions()...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range state {
+			_, _ = enc.Write(p)
+			raw += int64(len(p))
+		}
+		if err := enc.Close(); err != nil {
+			b.Fatal(err)
+		}
+		recs += int64(len(state) / 2)
+	}
+	b.ReportMetric(float64(recs)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(raw)/1e6/b.Elapsed().Seconds(), "MB/s")
+}
+
+const rebuildRecords = 1_000_000
+
+var rebuildFixtures onceBySize[string]
+
+func BenchmarkRebuildIndex(b *testing.B) {
+	dir, err := rebuildFixtures.get(rebuildRecords, func(n int) (string, error) {
+		return loadInterleaved("rebuild", 1000, n/1000, n*9/10)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, fromSnapshot := range []bool{false, true} {
+		name := "full"
+		if fromSnapshot {
+			name = "from-snapshot"
+		}
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			for i := 0; i < b.N; i++ {
+				plan, err := engine.RebuildIndexWith(ctx, dir, engine.Options{}, engine.RebuildOptions{Apply: true, FromSnapshot: fromSnapshot})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, ev := range plan.Report.Events {
+					if ev.Kind == engine.EventFastRebuildAbandoned {
+						b.Fatalf("the fast path was abandoned: %v", ev)
+					}
+				}
+			}
+			b.ReportMetric(float64(rebuildRecords*b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+
+// TestViewWorkloads runs the bodies of the view benchmarks once on a small
+// database, so they cannot rot between benchmark runs.
+func TestViewWorkloads(t *testing.T) {
+	dir, err := loadInterleaved("views-small", 20, 30, 400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	db, err := engine.Open(dir, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, err := range db.Merged(ctx, engine.MergedOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 600 {
+		t.Fatalf("merged %d records, want 600", n)
+	}
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fast := range []bool{false, true} {
+		plan, err := engine.RebuildIndexWith(ctx, dir, engine.Options{}, engine.RebuildOptions{Apply: true, FromSnapshot: fast})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range plan.Report.Events {
+			if ev.Kind == engine.EventFastRebuildAbandoned {
+				t.Fatalf("fast path abandoned: %v", ev)
+			}
+		}
+	}
+}
