@@ -116,6 +116,7 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 
 // logSource reads one anchor's records [next, last] in small batches.
 type logSource struct {
+	fr     *frameReader // kept across refills: its buffer is reused
 	db     *DB
 	ctx    context.Context
 	anchor string
@@ -135,16 +136,30 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 		s.buf, s.pos = s.buf[:0], 0
 		// Log skips records that compaction truncated: an anchor's log may
 		// start after seq 1, never with a gap later on.
-		for rec, err := range s.db.Log(s.ctx, s.anchor, s.next, to) {
+		if s.fr == nil {
+			s.fr = s.db.newFrameReader(s.anchor)
+			s.fr.readAhead = 32 << 10
+		}
+		var failed error
+		s.db.logRange(s.ctx, s.anchor, s.next, to, s.fr, func(rec segment.Record, err error) bool {
 			if err != nil {
-				return segment.Record{}, false, err
+				failed = err
+				return false
 			}
 			if n := len(s.buf); n > 0 && rec.Seq != s.buf[n-1].Seq+1 {
 				e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.buf[n-1].Seq+1, rec.Seq-1)
 				e.Anchor, e.Seq = s.anchor, s.buf[n-1].Seq+1
-				return segment.Record{}, false, e
+				failed = e
+				return false
 			}
 			s.buf = append(s.buf, rec)
+			return true
+		})
+		// Hold no file between refills: 100,000 sources must not pin
+		// 100,000 descriptors.
+		s.fr.close()
+		if failed != nil {
+			return segment.Record{}, false, failed
 		}
 		if n := len(s.buf); n > 0 && s.buf[n-1].Seq != to {
 			e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.buf[n-1].Seq+1, to)

@@ -204,48 +204,54 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 // of 0 means through the last record.
 func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[segment.Record, error] {
 	return func(yield func(segment.Record, error) bool) {
-		if err := segment.ValidateAnchorID(anchor); err != nil {
+		fr := db.newFrameReader(anchor)
+		defer fr.close()
+		db.logRange(ctx, anchor, from, to, fr, yield)
+	}
+}
+
+// logRange yields the anchor's records from..to (0: through the last)
+// through fr, which the caller closes (and may reuse).
+func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *frameReader, yield func(segment.Record, error) bool) {
+	if err := segment.ValidateAnchorID(anchor); err != nil {
+		yield(segment.Record{}, err)
+		return
+	}
+	from = max(from, 1)
+	prefix := anchorScoped(tagSeq, anchor)
+	upper := prefixEnd(prefix)
+	if to != 0 {
+		if to < from {
+			return
+		}
+		upper = seqKey(anchor, to+1)
+	}
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: upper})
+	if err != nil {
+		yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+		return
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
 			yield(segment.Record{}, err)
 			return
 		}
-		from = max(from, 1)
-		prefix := anchorScoped(tagSeq, anchor)
-		upper := prefixEnd(prefix)
-		if to != 0 {
-			if to < from {
-				return
-			}
-			upper = seqKey(anchor, to+1)
-		}
-		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: upper})
+		row, _, err := decodeSeqRow(prefix, it.Key(), it.Value())
 		if err != nil {
-			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			yield(segment.Record{}, err)
 			return
 		}
-		defer it.Close()
-		fr := db.newFrameReader(anchor)
-		defer fr.close()
-		for ok := it.First(); ok; ok = it.Next() {
-			if err := ctx.Err(); err != nil {
-				yield(segment.Record{}, err)
-				return
-			}
-			row, _, err := decodeSeqRow(prefix, it.Key(), it.Value())
-			if err != nil {
-				yield(segment.Record{}, err)
-				return
-			}
-			if row.Size == 0 {
-				continue // truncated by compaction: the log starts after it
-			}
-			rec, err := fr.read(row.seq, row.seqEntry)
-			if !yield(rec, err) || err != nil {
-				return
-			}
+		if row.Size == 0 {
+			continue // truncated by compaction: the log starts after it
 		}
-		if err := it.Error(); err != nil {
-			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+		rec, err := fr.read(row.seq, row.seqEntry)
+		if !yield(rec, err) || err != nil {
+			return
 		}
+	}
+	if err := it.Error(); err != nil {
+		yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 	}
 }
 
@@ -301,6 +307,9 @@ func (db *DB) readFrame(_ context.Context, anchor string, seq uint64, e seqEntry
 // frameReader reads records of one anchor, reading ahead in large chunks so a
 // Log over many records costs few system calls.
 type frameReader struct {
+	// readAhead is how much is read past a requested frame (default 256 KiB).
+	readAhead int64
+
 	db     *DB
 	anchor string
 	dir    string
@@ -313,7 +322,7 @@ type frameReader struct {
 const readAhead = 256 << 10
 
 func (db *DB) newFrameReader(anchor string) *frameReader {
-	return &frameReader{db: db, anchor: anchor, dir: segmentDirOf(db, anchor)}
+	return &frameReader{db: db, anchor: anchor, dir: segmentDirOf(db, anchor), readAhead: readAhead}
 }
 
 func segmentDirOf(db *DB, anchor string) string {
@@ -348,7 +357,7 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 		r.file, r.segno, r.buf = f, e.Segno, r.buf[:0]
 	}
 	if e.Offset < r.bufOff || end > r.bufOff+int64(len(r.buf)) {
-		n := max(int64(e.Size), readAhead)
+		n := max(int64(e.Size), r.readAhead)
 		if cap(r.buf) < int(n) {
 			r.buf = make([]byte, n)
 		}
