@@ -373,7 +373,7 @@ func (db *DB) latestVersionsBelowCuts(ctx context.Context, plan snapshot.Plan) (
 		}
 		next := keyPrefix(key)
 		next[len(next)-1] = 2
-		ok = it.SeekGE(next)
+		ok = nextKey(it, next)
 	}
 	return out, it.Error()
 }

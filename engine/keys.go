@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/anchordb/anchordb/segment"
 )
@@ -304,4 +307,19 @@ func decodeAnchorMeta(b []byte) (anchorMeta, error) {
 	m.ActiveFirstSeq = be.Uint64(b[9:])
 	m.Damage = string(b[17:])
 	return m, nil
+}
+
+// nextKey moves it to the first key at or after next: the first version of
+// the following user key. Most keys have one version, so a few Next calls
+// usually get there far more cheaply than a seek.
+func nextKey(it *pebble.Iterator, next []byte) bool {
+	for i := 0; i < 4; i++ {
+		if !it.Next() {
+			return false
+		}
+		if bytes.Compare(it.Key(), next) >= 0 {
+			return true
+		}
+	}
+	return it.SeekGE(next)
 }

@@ -179,7 +179,7 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 			// Skip the older versions of this key.
 			next := keyPrefix(v.Key)
 			next[len(next)-1] = 2
-			ok = it.SeekGE(next)
+			ok = nextKey(it, next)
 		}
 		if err := it.Error(); err != nil {
 			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))

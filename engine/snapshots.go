@@ -13,6 +13,7 @@ import (
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Snapshots (SPEC §6): the key-value state at a frontier in one file under
@@ -26,6 +27,13 @@ func (db *DB) SnapshotsDir() string { return db.fs.PathJoin(db.dir, snapshot.Dir
 // values too large to be inline are read from their segments. policyRef is
 // recorded in the file ("" for none).
 func (db *DB) CreateSnapshot(ctx context.Context, policyRef string) (snapshot.Info, error) {
+	return db.CreateSnapshotTo(ctx, db.fs, db.SnapshotsDir(), policyRef)
+}
+
+// CreateSnapshotTo is CreateSnapshot writing to another directory or
+// filesystem (an export, or a benchmark that leaves the disk out). A
+// snapshot written elsewhere is not one the database uses.
+func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef string) (snapshot.Info, error) {
 	if err := db.writable(); err != nil && !errors.Is(err, errClosed) {
 		return snapshot.Info{}, err
 	}
@@ -36,7 +44,7 @@ func (db *DB) CreateSnapshot(ctx context.Context, policyRef string) (snapshot.In
 		return snapshot.Info{}, err
 	}
 	meta := snapshot.Meta{Frontier: front, PolicyRef: policyRef, Created: db.opts.Clock()}
-	info, err := snapshot.Create(db.fs, db.SnapshotsDir(), meta, db.stateEntries(ctx, snap))
+	info, err := snapshot.Create(fs, dir, meta, db.stateEntries(ctx, snap))
 	if err != nil {
 		return info, err
 	}
@@ -110,7 +118,7 @@ func (db *DB) stateEntries(ctx context.Context, r pebble.Reader) iter.Seq2[snaps
 			}
 			next := keyPrefix(v.Key)
 			next[len(next)-1] = 2
-			ok = it.SeekGE(next)
+			ok = nextKey(it, next)
 		}
 		if err := it.Error(); err != nil {
 			yield(snapshot.Entry{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
