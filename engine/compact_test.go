@@ -248,6 +248,9 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 			}
 		}
 		checkState(t, db, want)
+		if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+			t.Fatalf("crash point %d: verify: %v %+v", i, err, rep.Failures)
+		}
 		if _, err := db.VerifyAuditLog(ctx); err != nil {
 			t.Fatalf("crash point %d: audit log: %v", i, err)
 		}

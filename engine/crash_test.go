@@ -85,6 +85,9 @@ func checkCrashPoint(t *testing.T, p crashPoint, noSync bool) {
 		acked = nil
 	}
 	checkDB(t, db, acked)
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("op %d: verify after crash: %v %+v", p.op, err, rep.Failures)
+	}
 	for _, ev := range db.RecoveryReport().Events {
 		if ev.Kind == EventDamaged {
 			t.Fatalf("op %d: recovery found damage after a crash: %v", p.op, ev)

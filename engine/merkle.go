@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/transparency-dev/merkle/compact"
@@ -15,40 +16,50 @@ import (
 // hashes already in the 's' rows, and every perfect-subtree node at a level
 // that is a multiple of 8 (subtrees of 256, 65,536, … leaves) is written to an
 // 'n' row in the same batch as the record that completed it. Any node is then
-// at most 2^7 stored hashes away, like Tessera's 256-wide tiles.
+// at most 2^7 stored hashes away, like Tessera's 256-wide tiles. The tree
+// arithmetic — rebuilding ranges, roots and proofs from stored nodes — is
+// the proof package's; nodeStore is how it reaches the index.
 
-// storedNodeLevel reports whether nodes at level are persisted in 'n' rows.
-func storedNodeLevel(level uint) bool { return level > 0 && level%8 == 0 }
+// storedNodeLevel reports whether nodes at level are persisted in 'n' rows:
+// the levels proof.StoredLevel names, except level 0, which the 's' rows hold.
+func storedNodeLevel(level uint) bool { return level > 0 && proof.StoredLevel(level) }
 
-// nodeStore reads an anchor's persisted tree nodes from the index (or from a
-// Pebble snapshot when reader is one).
+// nodeStore is the proof.NodeStore of one anchor's tree over the index (or a
+// Pebble snapshot of it, for a consistent view): level 0 from the 's' rows,
+// levels 8, 16, … from the 'n' rows.
 type nodeStore struct {
 	r      pebble.Reader
 	anchor string
 }
 
+var _ proof.NodeStore = nodeStore{}
+
 // Nodes returns the node hashes at level for indices [begin, end). Level 0
 // returns leaf hashes (HashLeaf of the record hashes); other levels must be
-// multiples of 8.
-func (s nodeStore) Nodes(_ context.Context, level uint, begin, end uint64) ([][]byte, error) {
+// multiples of 8. A node past the end of the tree is STATE_003; a hole or a
+// malformed row is INT_004.
+func (s nodeStore) Nodes(ctx context.Context, level uint, begin, end uint64) ([][]byte, error) {
 	if end <= begin {
-		return nil, nil
+		return [][]byte{}, nil
 	}
-	out := make([][]byte, 0, end-begin)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var lower, upper []byte
-	if level == 0 {
+	switch {
+	case level == 0:
 		lower, upper = seqKey(s.anchor, begin+1), seqKey(s.anchor, end+1)
-	} else {
-		if !storedNodeLevel(level) {
-			return nil, errs.New(errs.CodeInvalidInput, "tree level %d is not stored", level)
-		}
+	case storedNodeLevel(level):
 		lower, upper = nodeKey(s.anchor, uint8(level), begin), nodeKey(s.anchor, uint8(level), end)
+	default:
+		return nil, errs.New(errs.CodeInvalidInput, "tree level %d is not stored", level)
 	}
 	it, err := s.r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
 	defer it.Close()
+	out := make([][]byte, 0, end-begin)
 	want := begin
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
@@ -83,53 +94,10 @@ func (s nodeStore) Nodes(_ context.Context, level uint, begin, end uint64) ([][]
 	return out, nil
 }
 
-// nodeHash computes the hash of the perfect subtree id from the nearest
-// stored level at or below it.
-func nodeHash(ctx context.Context, s nodeStore, id compact.NodeID) ([]byte, error) {
-	base := id.Level - id.Level%8
-	if storedNodeLevel(id.Level) {
-		hs, err := s.Nodes(ctx, id.Level, id.Index, id.Index+1)
-		if err != nil {
-			return nil, err
-		}
-		return hs[0], nil
-	}
-	width := uint64(1) << (id.Level - base)
-	hs, err := s.Nodes(ctx, base, id.Index*width, (id.Index+1)*width)
-	if err != nil {
-		return nil, err
-	}
-	for len(hs) > 1 {
-		for i := 0; i < len(hs)/2; i++ {
-			hs[i] = segment.Blake3RFC6962.HashChildren(hs[2*i], hs[2*i+1])
-		}
-		hs = hs[:len(hs)/2]
-	}
-	return hs[0], nil
-}
-
 // loadTree rebuilds the compact range of an anchor's first size leaves from
 // the index: one node per set bit of size.
 func (db *DB) loadTree(id string, size uint64) (*compact.Range, error) {
-	return loadTreeFrom(context.Background(), nodeStore{r: db.index, anchor: id}, size)
-}
-
-func loadTreeFrom(ctx context.Context, s nodeStore, size uint64) (*compact.Range, error) {
-	var hashes [][]byte
-	var begin uint64
-	for level := 63; level >= 0; level-- {
-		if size&(1<<uint(level)) == 0 {
-			continue
-		}
-		id := compact.NewNodeID(uint(level), begin>>uint(level))
-		h, err := nodeHash(ctx, s, id)
-		if err != nil {
-			return nil, err
-		}
-		hashes = append(hashes, h)
-		begin += 1 << uint(level)
-	}
-	return merkleFactory.NewRange(0, size, hashes)
+	return proof.LoadRange(context.Background(), nodeStore{r: db.index, anchor: id}, size)
 }
 
 // treeAppender extends an anchor's compact range and emits the nodes that

@@ -179,7 +179,54 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		return nil // already reported; the files are left as they are
 	}
 	a.dirReady = true
+	if segs, err = rc.finishTruncations(a, segs, stubs); err != nil {
+		return err
+	}
+	if len(segs) == 0 {
+		return nil
+	}
 	return rc.reconcileAnchor(a, segs, stubs)
+}
+
+// finishTruncations settles a compaction a crash interrupted between writing
+// a segment's stub and removing the segment. If the index already marks the
+// segment's records truncated, the removal is finished; if not, the stub is
+// dropped and the segment stays. Either way both files never remain.
+func (rc *reconciler) finishTruncations(a *anchor, segs []segFile, stubs map[uint64]string) ([]segFile, error) {
+	db := rc.db
+	kept := segs[:0]
+	for _, s := range segs {
+		stub, ok := stubs[s.segno]
+		if !ok {
+			kept = append(kept, s)
+			continue
+		}
+		_, h, err := rc.readHeader(s.path)
+		truncated := false
+		if err == nil {
+			e, found, err := db.seqEntry(a.id, h.FirstSeq)
+			if err != nil {
+				return nil, err
+			}
+			truncated = found && e.Size == 0
+		}
+		victim := stub
+		if truncated {
+			victim = s.path
+			db.files.forget(s.path)
+		}
+		if err := db.fs.Remove(victim); err != nil {
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "remove %s", victim)
+		}
+		db.markDirty(victim, a.dir)
+		db.event(RecoveryEvent{Kind: EventTruncationFinished, Anchor: a.id, File: victim})
+		if truncated {
+			continue
+		}
+		delete(stubs, s.segno)
+		kept = append(kept, s)
+	}
+	return kept, nil
 }
 
 // orphan reports files that cannot belong to any anchor. They are left in

@@ -65,6 +65,10 @@ const (
 	// EventJournalEnd: where the journal stopped being readable (a torn last
 	// block), or records past a gap that a torn journal file left.
 	EventJournalEnd = "journal_end"
+	// EventTruncationFinished: a compaction interrupted between a segment's
+	// stub and its removal was finished (or undone); the file named is the
+	// one removed.
+	EventTruncationFinished = "truncation_finished"
 )
 
 func (e RecoveryEvent) String() string {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,5 +101,38 @@ func TestSnapshotCreateVerifyAndCorruption(t *testing.T) {
 	}
 	if _, err := db.VerifySnapshot(ctx, wrong.Path); !errors.Is(err, ErrSnapshotCorrupted) {
 		t.Fatalf("wrong frontier: %v, want INT_003", err)
+	}
+}
+
+func TestVerifyReportsCorruptSnapshotsAndAudit(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || !rep.OK {
+		t.Fatalf("clean database: %+v %v", rep, err)
+	}
+	list, _ := db.Snapshots(ctx)
+	data, _ := fs.UnsafeGetFileDataBuffer(list[0].Path)
+	data[len(data)/2] ^= 1
+	rep, err = db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK || len(rep.Failures) != 1 || rep.Failures[0].Code != CodeOf(ErrSnapshotCorrupted) || rep.Failures[0].File != list[0].Path {
+		t.Fatalf("corrupt snapshot: %+v %v", rep, err)
+	}
+	data[len(data)/2] ^= 1
+	// The audit log losing its last line is told from a torn append by the
+	// head the index kept.
+	audit, _ := fs.UnsafeGetFileDataBuffer(db.AuditPath())
+	f, _ := fs.Create(db.AuditPath(), vfs.WriteCategoryUnspecified)
+	cut := bytes.LastIndexByte(audit[:len(audit)-1], '\n') + 1
+	_, _ = f.Write(append([]byte(nil), audit[:cut]...))
+	_ = f.Close()
+	rep, err = db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK || rep.Failures[0].File != db.AuditPath() {
+		t.Fatalf("audit log missing its last line: %+v %v", rep, err)
 	}
 }

@@ -63,6 +63,11 @@ var commands = []*command{
 	historyCmd,
 	scanCmd,
 	logCmd,
+	verifyCmd,
+	keygenCmd,
+	checkpointCmd,
+	proveCmd,
+	verifyProofCmd,
 	statsCmd,
 	demoCmd,
 }

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"time"
+
+	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/spf13/pflag"
+)
+
+var checkpointCmd = &command{
+	name:    "checkpoint",
+	args:    "create --key F | verify F --pub P",
+	summary: "sign a checkpoint of every anchor's size and root, or check a signed one",
+	detail: `checkpoint create --key F signs a checkpoint (a C2SP signed note: origin
+anchordb/<db id>/blake3, the number of anchors and records, the frontier root, the time,
+one line per anchor with its size and Merkle root) with the signer key in F (from
+keygen), keeps it in the database's checkpoints/ directory and prints it. A checkpoint
+that contradicts the latest stored one (an anchor missing, shrunk or forked) is refused
+with STATE_002.
+
+checkpoint verify F --pub P checks the signed note in F ('-' for stdin) against the
+verifier key in P; it needs no database. A signature that does not verify is AUTH_003
+(exit 1); a malformed file INPUT_001 (exit 2).
+
+With --json, create prints {"note","file","origin","anchors","records","root","time"} and
+verify {"ok","origin","anchors","records","root","time","entries":[{"anchor","size","root"}]}.`,
+	minArgs: 1, maxArgs: 2,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var key, pub string
+		fs.StringVar(&key, "key", "", "create: the signer key file (PREFIX.key from keygen)")
+		fs.StringVar(&pub, "pub", "", "verify: the verifier key file (PREFIX.pub from keygen)")
+		return func(e *env, args []string) error {
+			switch args[0] {
+			case "create":
+				if len(args) != 1 || key == "" || pub != "" {
+					return usagef("checkpoint", "usage: checkpoint create --key F")
+				}
+				return checkpointCreate(e, key)
+			case "verify":
+				if len(args) != 2 || pub == "" || key != "" {
+					return usagef("checkpoint", "usage: checkpoint verify F --pub P")
+				}
+				return checkpointVerify(e, args[1], pub)
+			}
+			return usagef("checkpoint", "unknown checkpoint command %q (want create or verify)", args[0])
+		}
+	},
+}
+
+func checkpointCreate(e *env, keyFile string) error {
+	key, err := readKeyFile(keyFile)
+	if err != nil {
+		return err
+	}
+	db, err := e.open()
+	if err != nil {
+		return err
+	}
+	msg, cp, err := db.CreateCheckpoint(e.ctx, key)
+	if err != nil {
+		return err
+	}
+	if !e.g.json {
+		e.out.write(msg)
+		return nil
+	}
+	out := checkpointCreatedJSON{Note: string(msg), checkpointSummary: summarize(cp)}
+	if latest, err := db.LatestCheckpoint(e.ctx); err == nil && latest != nil {
+		out.File = latest.Path
+	}
+	e.out.json(out)
+	return nil
+}
+
+func checkpointVerify(e *env, noteFile, pubFile string) error {
+	pub, err := readKeyFile(pubFile)
+	if err != nil {
+		return err
+	}
+	msg, err := readInput(e, noteFile, "checkpoint")
+	if err != nil {
+		return err
+	}
+	cp, err := proof.OpenCheckpoint(msg, pub)
+	if err != nil {
+		return err
+	}
+	if e.g.json {
+		out := checkpointVerifiedJSON{OK: true, checkpointSummary: summarize(cp), Entries: make([]entryJSON, len(cp.Entries))}
+		for i, en := range cp.Entries {
+			out.Entries[i] = entryJSON{Anchor: en.Anchor, Size: en.Size, Root: en.Root}
+		}
+		e.out.json(out)
+		return nil
+	}
+	if !e.g.quiet {
+		e.out.linef("checkpoint verified: %s, %d anchors, %d records, root %s, time %s",
+			cp.Origin, cp.Anchors, cp.Records, cp.Root, cp.Time.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+type checkpointSummary struct {
+	Origin  string       `json:"origin"`
+	Anchors uint64       `json:"anchors"`
+	Records uint64       `json:"records"`
+	Root    segment.Hash `json:"root"`
+	Time    string       `json:"time"`
+}
+
+func summarize(cp *proof.Checkpoint) checkpointSummary {
+	return checkpointSummary{Origin: cp.Origin, Anchors: cp.Anchors, Records: cp.Records, Root: cp.Root,
+		Time: cp.Time.UTC().Format(time.RFC3339Nano)}
+}
+
+type checkpointCreatedJSON struct {
+	Note string `json:"note"`
+	File string `json:"file"`
+	checkpointSummary
+}
+
+type checkpointVerifiedJSON struct {
+	OK bool `json:"ok"`
+	checkpointSummary
+	Entries []entryJSON `json:"entries"`
+}
+
+type entryJSON struct {
+	Anchor string       `json:"anchor"`
+	Size   uint64       `json:"size"`
+	Root   segment.Hash `json:"root"`
+}

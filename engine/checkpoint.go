@@ -1,0 +1,303 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/mod/sumdb/note"
+)
+
+// Checkpoints (SPEC §5) are signed notes of every anchor's (size, root),
+// built and signed by the proof package and kept as files:
+//
+//	<dir>/checkpoints/<seq, 16 decimal digits>-<UTC time, 20060102T150405.000000000Z>.note
+//
+// Names sort in creation order (the seq grows by one each time, whatever
+// the clock does). Each file is written whole — temporary file, fsync,
+// rename, fsync of the directory — so a crash leaves the old set or the new.
+// A new checkpoint must extend the latest stored one: every anchor it names
+// is still there, none shrank, and each tree that grew has a consistency
+// proof from the old root to the new; otherwise it is refused (STATE_002).
+
+// CheckpointsDir is the directory under the database root that holds the
+// checkpoints CreateCheckpoint made.
+const CheckpointsDir = "checkpoints"
+
+const checkpointExt = ".note"
+
+// StoredCheckpoint is one checkpoint file of the database.
+type StoredCheckpoint struct {
+	Name string // file name, e.g. 0000000000000001-20260131T120000.000000000Z.note
+	Path string
+	Note []byte // the signed note as stored
+	// Checkpoint is the note's body, parsed; its signature is not checked
+	// here (proof.OpenCheckpoint does that with a verifier key).
+	Checkpoint *proof.Checkpoint
+	// Err, when set, says why the file is not a well-formed checkpoint
+	// (Checkpoint is then nil).
+	Err error
+}
+
+// checkpointMu makes checkpoint creation one at a time: each must see the
+// one before it.
+var checkpointMu sync.Mutex
+
+// CreateCheckpoint signs a checkpoint of every anchor's current size and
+// Merkle root with signerKey (a note signer key, as proof.GenerateKeys
+// makes) and keeps it in the database. It returns the signed note and its
+// parsed body.
+//
+// Before storing it, it checks that the new checkpoint extends the latest
+// stored one: a contradiction — an anchor missing or shrunk, a root that
+// changed at the same size, a tree that is not an extension of the old one,
+// a stored checkpoint of another database or one that cannot be read — is
+// refused with STATE_002, and nothing is stored. If the latest checkpoint
+// was signed with the same key, its signature must verify (AUTH_003
+// otherwise). A malformed key is INPUT_001.
+func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *proof.Checkpoint, error) {
+	signerKey = strings.TrimSpace(signerKey)
+	verifierKey, err := verifierForSigner(signerKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	if db.closed.Load() {
+		return nil, nil, errClosed
+	}
+	checkpointMu.Lock()
+	defer checkpointMu.Unlock()
+
+	ids, err := db.anchorIDs()
+	if err != nil {
+		return nil, nil, err
+	}
+	entries := make([]proof.Entry, 0, len(ids))
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		a, err := db.loadedAnchor(id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if a == nil {
+			continue
+		}
+		v := a.view()
+		if v.head.head == 0 {
+			continue
+		}
+		entries = append(entries, proof.Entry{Anchor: id, Size: v.head.head, Root: v.root()})
+	}
+	// NB: after the views, so the snapshot holds every tree they name.
+	snap := db.index.NewSnapshot()
+	defer snap.Close()
+	cp, err := proof.NewCheckpoint(db.id, db.opts.Clock(), entries)
+	if err != nil {
+		return nil, nil, err
+	}
+	msg, err := proof.Sign(cp.Marshal(), signerKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	stored, err := db.Checkpoints(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n := len(stored); n > 0 {
+		if err := checkExtends(ctx, &stored[n-1], cp, verifierKey, consistencyProver(snap)); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := db.storeCheckpoint(stored, cp, msg); err != nil {
+		return nil, nil, err
+	}
+	return msg, cp, nil
+}
+
+// checkExtends refuses a new checkpoint that contradicts the latest stored
+// one.
+func checkExtends(ctx context.Context, prev *StoredCheckpoint, cp *proof.Checkpoint, verifierKey string, prove proof.ConsistencyProver) error {
+	if _, err := proof.OpenCheckpoint(prev.Note, verifierKey); err != nil {
+		var unverified *note.UnverifiedNoteError
+		var invalid *note.InvalidSignatureError
+		switch {
+		case errors.As(err, &invalid):
+			// Signed with this key, and the signature does not verify.
+			return errs.Wrap(errs.CodeSignatureInvalid, err, "the latest stored checkpoint %s", prev.Path)
+		case errors.As(err, &unverified) && prev.Err == nil:
+			// Signed with another key: only its body can be compared.
+		default:
+			return errs.Wrap(errs.CodeConflict, err, "the latest stored checkpoint %s cannot be read, so a new one cannot be shown to extend it", prev.Path)
+		}
+	}
+	if prev.Err != nil {
+		return errs.Wrap(errs.CodeConflict, prev.Err, "the latest stored checkpoint %s cannot be read, so a new one cannot be shown to extend it", prev.Path)
+	}
+	err := proof.CheckConsistent(ctx, prev.Checkpoint, cp, prove)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch errs.CodeOf(err) {
+	case errs.CodeWriteFailed:
+		return err
+	case errs.CodeConflict:
+		return errs.Wrap(errs.CodeConflict, err, "the new checkpoint contradicts the latest stored one (%s)", prev.Path)
+	}
+	return errs.Wrap(errs.CodeConflict, err, "the new checkpoint does not extend the latest stored one (%s)", prev.Path)
+}
+
+// storeCheckpoint writes the signed note as the next checkpoint file.
+func (db *DB) storeCheckpoint(stored []StoredCheckpoint, cp *proof.Checkpoint, msg []byte) error {
+	fs := db.fs
+	dir := fs.PathJoin(db.dir, CheckpointsDir)
+	if err := mkdirAllSynced(fs, dir); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", dir)
+	}
+	seq := uint64(1)
+	if n := len(stored); n > 0 {
+		seq = checkpointSeq(stored[n-1].Name) + 1
+	}
+	name := fmt.Sprintf("%016d-%s%s", seq, cp.Time.UTC().Format("20060102T150405.000000000Z"), checkpointExt)
+	return writeFileAtomic(fs, dir, name, msg)
+}
+
+// checkpointSeq is the sequence number that starts a checkpoint file name.
+func checkpointSeq(name string) uint64 {
+	head, _, _ := strings.Cut(name, "-")
+	n, _ := strconv.ParseUint(head, 10, 64)
+	return n
+}
+
+// writeFileAtomic writes data to dir/name through a temporary file, fsyncs
+// it, renames it into place and fsyncs the directory.
+func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
+	path := fs.PathJoin(dir, name)
+	tmp := path + ".tmp"
+	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", tmp)
+	}
+	_, err = f.Write(slices.Clone(data)) // NB: a vfs.File may modify what it is given
+	if err == nil {
+		err = f.Sync()
+	}
+	err = errors.Join(err, f.Close())
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = fs.Remove(tmp)
+		return errs.Wrap(errs.CodeWriteFailed, err, "write %s", path)
+	}
+	d, err := fs.OpenDir(dir)
+	if err == nil {
+		err = errors.Join(d.Sync(), d.Close())
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "fsync directory %s", dir)
+	}
+	return nil
+}
+
+// Checkpoints returns the checkpoints stored in the database, oldest first.
+// A file that is not a well-formed checkpoint is listed with Err set.
+func (db *DB) Checkpoints(ctx context.Context) ([]StoredCheckpoint, error) {
+	fs := db.fs
+	dir := fs.PathJoin(db.dir, CheckpointsDir)
+	names, err := fs.List(dir)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			return nil, nil
+		}
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	slices.Sort(names)
+	var out []StoredCheckpoint
+	for _, name := range names {
+		if !strings.HasSuffix(name, checkpointExt) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s := StoredCheckpoint{Name: name, Path: fs.PathJoin(dir, name)}
+		if s.Note, err = readWholeFile(fs, s.Path); err != nil {
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.Path)
+		}
+		s.Checkpoint, s.Err = ParseCheckpointNote(s.Note)
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// LatestCheckpoint returns the newest stored checkpoint, or nil when there
+// is none.
+func (db *DB) LatestCheckpoint(ctx context.Context) (*StoredCheckpoint, error) {
+	all, err := db.Checkpoints(ctx)
+	if err != nil || len(all) == 0 {
+		return nil, err
+	}
+	return &all[len(all)-1], nil
+}
+
+// ParseCheckpointNote parses the body of a signed checkpoint note without
+// checking its signature (use proof.OpenCheckpoint for that). A note that is
+// not a body followed by a blank line and signature lines is AUTH_003; a
+// malformed body INPUT_001 (a root that does not match its anchors INT_001).
+func ParseCheckpointNote(msg []byte) (*proof.Checkpoint, error) {
+	i := bytes.LastIndex(msg, []byte("\n\n"))
+	if i < 0 || !bytes.HasSuffix(msg, []byte("\n")) {
+		return nil, errs.New(errs.CodeSignatureInvalid, "not a signed note: no blank line before the signatures")
+	}
+	return proof.ParseCheckpointBody(msg[:i+1])
+}
+
+func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// verifierForSigner returns the note verifier key of a note signer key
+// ("PRIVATE+KEY+<name>+<hash>+<base64(0x01 ‖ ed25519 seed)>"), so that a
+// checkpoint signed earlier with the same key can be checked. A key that is
+// not an ed25519 note signer key is INPUT_001 (its text is never quoted).
+func verifierForSigner(signerKey string) (string, error) {
+	signer, err := note.NewSigner(signerKey)
+	if err != nil {
+		return "", errs.Wrap(errs.CodeInvalidInput, err, "malformed signer key")
+	}
+	// NB: the key is "PRIVATE+KEY+<name>+<hash>+<base64>", and base64 may
+	// itself contain '+': cut the fields off the front.
+	rest, _ := strings.CutPrefix(signerKey, "PRIVATE+KEY+")
+	_, rest, _ = strings.Cut(rest, "+") // the name
+	_, rest, _ = strings.Cut(rest, "+") // the hash
+	key, err := base64.StdEncoding.DecodeString(rest)
+	if err != nil || len(key) != 1+ed25519.SeedSize || key[0] != 1 {
+		return "", errs.New(errs.CodeInvalidInput, "signer key is not an ed25519 note key")
+	}
+	pub := ed25519.NewKeyFromSeed(key[1:]).Public().(ed25519.PublicKey)
+	vkey := fmt.Sprintf("%s+%08x+%s", signer.Name(), signer.KeyHash(), base64.StdEncoding.EncodeToString(append([]byte{1}, pub...)))
+	if v, err := note.NewVerifier(vkey); err != nil || v.KeyHash() != signer.KeyHash() {
+		return "", errs.New(errs.CodeInvalidInput, "signer key does not derive a verifier key")
+	}
+	return vkey, nil
+}

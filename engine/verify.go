@@ -1,0 +1,505 @@
+package engine
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Verification (SPEC §10 `verify`) checks the logs against themselves and
+// every projection against the logs:
+//
+//	per anchor, streaming over its segment files with segment.Scanner:
+//	  every record hash, every prev_hash link, dense seqs from the segment
+//	  headers, strictly increasing counters, headers that continue the chain
+//	  across segments, every segment but the newest sealed with a seal that
+//	  matches; the 's' rows (location, size, counter, hash of every seq, and
+//	  no others); the 'k' and 'i' rows the records imply (and no others);
+//	  the Merkle tree recomputed from the chain against the 'n' rows and
+//	  against the in-memory compact range; the visible head and the 'a' row.
+//	then: stored checkpoints against the recomputed trees and one another,
+//	segment directories the index does not know, and snapshots (a hook).
+//
+// Anchors are checked in parallel (Threads); one anchor is one sequential
+// pass. The index is read from one Pebble snapshot, taken after the heads
+// were captured, so a database that keeps taking appends verifies at a
+// consistent point: see verify_hooks.go for the ordering this relies on.
+//
+// Every problem is a Finding; Verify never stops at the first one unless
+// StopAtFirst is set, and damaged anchors are checked like the others.
+
+// VerifyOptions configure Verify. The zero value checks everything.
+type VerifyOptions struct {
+	// Anchors restricts the check to these anchors; empty means all. An
+	// anchor the database does not know is STATE_003.
+	Anchors []string
+	// Threads is the number of anchors checked at once; 0 means GOMAXPROCS.
+	Threads int
+	// StopAtFirst ends verification at the first finding.
+	StopAtFirst bool
+	// Progress, if set, is called now and then from one goroutine, and once
+	// at the end.
+	Progress func(VerifyProgress)
+	// From, if set, is a trusted checkpoint of this database (open it with
+	// proof.OpenCheckpoint): for each anchor it lists, only the records
+	// after its size are checked, after the anchor's tree at that size is
+	// shown to have the checkpoint's root and the last record it covers to
+	// be that tree's last leaf. Anchors it does not list are checked in full.
+	From *proof.Checkpoint
+	// VerifierKeys, if set, are the note verifier keys the checkpoints
+	// stored in the database must be signed with (AUTH_003 otherwise).
+	// Without them only the checkpoints' bodies are checked.
+	VerifierKeys []string
+	// Snapshots checks the database's snapshots (INT_003 findings). Nil
+	// means the engine's default, if one is registered.
+	// SkipSnapshots leaves out the snapshot files and their replay proofs
+	// (the slowest part on a database with large snapshots).
+	SkipSnapshots bool
+}
+
+// VerifyProgress is what Verify has done so far.
+type VerifyProgress struct {
+	Anchors     int    // anchors to check
+	AnchorsDone int    // anchors checked
+	Records     uint64 // records checked
+	Bytes       int64  // segment bytes read
+	TotalBytes  int64  // segment bytes of the anchors to check
+}
+
+// Finding is one problem Verify found. Code is one of INT_001 (a hash does
+// not match: a record, a header, a tree root), INT_002 (the chain is broken:
+// a link, a seq, a seal, a missing segment or record), INT_003 (a snapshot),
+// INT_004 (the index disagrees with the segments), AUTH_003 (a checkpoint's
+// signature). Anchor, Seq, File and Offset locate it where it has a place:
+// File and Offset name the segment file and the byte offset of the damaged
+// frame (0 for a header; the seal's offset for a seal).
+type Finding struct {
+	Code    Code   `json:"code"`
+	Reason  string `json:"reason"`
+	Anchor  string `json:"anchor"`
+	Seq     uint64 `json:"seq"`
+	File    string `json:"file"`
+	Offset  int64  `json:"offset"`
+	Message string `json:"message"`
+}
+
+// Error returns the finding as one line.
+func (f Finding) Error() string { return f.Err().Error() }
+
+// Err returns the finding as a coded *Error.
+func (f Finding) Err() *Error {
+	return (&errs.Error{Code: f.Code, Message: f.Message}).At(f.Anchor, f.Seq, f.File, f.Offset)
+}
+
+// VerifyReport is the result of Verify, in the SPEC §10 JSON shape:
+// {"ok","anchors","records","bytes","failures":[{"code","reason","anchor","seq","file","offset","message"}]}.
+type VerifyReport struct {
+	OK       bool      `json:"ok"`
+	Anchors  int       `json:"anchors"`
+	Records  uint64    `json:"records"`
+	Bytes    int64     `json:"bytes"`
+	Failures []Finding `json:"failures"`
+}
+
+// Verify checks the database (or the anchors opts names) and reports what it
+// finds. It returns an error only when it cannot check: a bad option
+// (INPUT_001), an unknown anchor (STATE_003), an I/O failure (IO_001) or the
+// end of ctx; the report then holds what was found so far.
+func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, error) {
+	if db.closed.Load() {
+		return VerifyReport{}, errClosed
+	}
+	v := &verifier{db: db, opts: opts, parent: ctx, seeds: newDigestSeeds()}
+	v.ctx, v.cancel = context.WithCancel(ctx)
+	defer v.cancel()
+	if opts.From != nil {
+		if err := opts.From.Validate(); err != nil {
+			return VerifyReport{}, fmt.Errorf("checkpoint to verify from: %w", err)
+		}
+		if want := proof.CheckpointOrigin(db.id); opts.From.Origin != want {
+			return VerifyReport{}, errs.New(errs.CodeInvalidInput, "checkpoint to verify from is of %q, this database is %q", opts.From.Origin, want)
+		}
+	}
+	if err := v.prepare(); err != nil {
+		v.close()
+		return VerifyReport{}, err
+	}
+	err := v.run()
+	v.close()
+	if perr := ctx.Err(); perr != nil && err == nil {
+		err = perr
+	}
+	return v.result(), err
+}
+
+// verifier is one run of Verify.
+type verifier struct {
+	db     *DB
+	opts   VerifyOptions
+	parent context.Context
+	ctx    context.Context // ends at StopAtFirst or when parent ends
+	cancel context.CancelFunc
+	snap   *pebble.Snapshot
+	seeds  digestSeeds
+
+	jobs       []*anchorCheck
+	byID       map[string]*anchorCheck
+	restricted bool
+	known      map[string]bool // every anchor with an 'a' row in snap
+	stored     []StoredCheckpoint
+
+	kActual  map[string]*rowDigest // 'k' rows found, per anchor (k pass)
+	retained []retainedRow         // 'k' rows kept for truncated records
+
+	mu       sync.Mutex
+	findings []Finding
+	ioErr    error
+
+	records     atomic.Uint64
+	bytes       atomic.Int64
+	anchorsDone atomic.Int64
+	totalBytes  int64
+}
+
+// report records a finding.
+func (v *verifier) report(f Finding) {
+	f.Reason = f.Code.Reason()
+	v.mu.Lock()
+	v.findings = append(v.findings, f)
+	v.mu.Unlock()
+	if v.opts.StopAtFirst {
+		v.cancel()
+	}
+}
+
+// fail records an error that stops the check of one part (I/O, not a
+// finding); the first one is returned by Verify.
+func (v *verifier) fail(err error) {
+	v.mu.Lock()
+	if v.ioErr == nil {
+		v.ioErr = err
+	}
+	v.mu.Unlock()
+}
+
+// halted reports whether verification must stop.
+func (v *verifier) halted() bool { return v.ctx.Err() != nil }
+
+// prepare captures every anchor's visible state, then takes the index
+// snapshot every later read uses.
+func (v *verifier) prepare() error {
+	db := v.db
+	ids, err := db.anchorIDs()
+	if err != nil {
+		return err
+	}
+	want := ids
+	if len(v.opts.Anchors) > 0 {
+		v.restricted = true
+		have := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			have[id] = true
+		}
+		want = nil
+		for _, id := range v.opts.Anchors {
+			if err := segment.ValidateAnchorID(id); err != nil {
+				return err
+			}
+			if !have[id] {
+				return errs.New(errs.CodeDependencyMissing, "anchor %q is not in the database", id).At(id, 0, "", 0)
+			}
+			if !slices.Contains(want, id) {
+				want = append(want, id)
+			}
+		}
+		slices.Sort(want)
+	}
+	v.byID = make(map[string]*anchorCheck, len(want))
+	for _, id := range want {
+		c := &anchorCheck{v: v, id: id, dir: segment.AnchorDir(db.fs, db.dir, id)}
+		a, err := db.loadedAnchor(id)
+		switch {
+		case err != nil:
+			c.loadErr = err
+		case a != nil:
+			c.a, c.view, c.hasView = a, a.view(), true
+		}
+		v.jobs = append(v.jobs, c)
+		v.byID[id] = c
+	}
+	// NB: the snapshot comes after the views: it holds every row a view
+	// covers (rows are applied before heads are published).
+	v.snap = db.index.NewSnapshot()
+	v.known = make(map[string]bool, len(ids))
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v.known[string(it.Key()[1:])] = true
+	}
+	if err := it.Close(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read anchors")
+	}
+	if v.stored, err = db.Checkpoints(v.ctx); err != nil {
+		return err
+	}
+	v.planCheckpointRoots()
+	if v.opts.Progress != nil {
+		for _, c := range v.jobs {
+			v.totalBytes += c.diskBytes()
+		}
+	}
+	return nil
+}
+
+// planCheckpointRoots tells each anchor check the tree sizes whose roots the
+// checkpoints need, so the roots are taken from the chain as it is hashed.
+func (v *verifier) planCheckpointRoots() {
+	add := func(cp *proof.Checkpoint) {
+		for _, e := range cp.Entries {
+			if c := v.byID[e.Anchor]; c != nil {
+				c.wanted = append(c.wanted, e.Size)
+			}
+		}
+	}
+	for _, s := range v.stored {
+		if s.Checkpoint != nil {
+			add(s.Checkpoint)
+		}
+	}
+	if v.opts.From != nil {
+		for _, e := range v.opts.From.Entries {
+			if c := v.byID[e.Anchor]; c != nil {
+				e := e
+				c.from = &e
+				c.wanted = append(c.wanted, e.Size)
+			}
+		}
+	}
+	for _, c := range v.jobs {
+		slices.Sort(c.wanted)
+		c.wanted = slices.Compact(c.wanted)
+	}
+}
+
+func (v *verifier) close() {
+	if v.snap != nil {
+		_ = v.snap.Close()
+		v.snap = nil
+	}
+}
+
+// run checks the anchors on Threads workers, with the pass over the 'k'
+// rows as one more task, then what needs them all.
+func (v *verifier) run() error {
+	threads := v.opts.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	stopProgress := v.startProgress()
+	tasks := make(chan func(), len(v.jobs)+1)
+	tasks <- v.keyRowPass
+	for _, c := range v.jobs {
+		tasks <- c.run
+	}
+	close(tasks)
+	var wg sync.WaitGroup
+	for range min(threads, len(v.jobs)+1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for task := range tasks {
+				if v.halted() {
+					continue
+				}
+				v.guard(task)
+			}
+		}()
+	}
+	wg.Wait()
+	if !v.halted() {
+		v.guard(v.compareKeyRows)
+	}
+	if !v.halted() {
+		v.guard(v.checkRetained)
+	}
+	if !v.halted() && !v.restricted {
+		v.guard(v.unknownDirectories)
+	}
+	if !v.halted() {
+		v.guard(v.checkCheckpoints)
+	}
+	if !v.halted() {
+		v.guard(v.checkSnapshots)
+	}
+	stopProgress()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ioErr
+}
+
+// guard runs one part of the check, turning a panic — a bug, never an
+// answer — into an error instead of taking the caller down.
+func (v *verifier) guard(task func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			v.fail(errs.New(errs.CodeWriteFailed, "verify: internal error: %v", r))
+		}
+	}()
+	task()
+}
+
+// startProgress reports progress every 100 ms until the returned function is
+// called, which reports once more.
+func (v *verifier) startProgress() func() {
+	if v.opts.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				v.opts.Progress(v.progress())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+		v.opts.Progress(v.progress())
+	}
+}
+
+func (v *verifier) progress() VerifyProgress {
+	return VerifyProgress{
+		Anchors: len(v.jobs), AnchorsDone: int(v.anchorsDone.Load()),
+		Records: v.records.Load(), Bytes: v.bytes.Load(), TotalBytes: v.totalBytes,
+	}
+}
+
+// result builds the report, findings sorted by anchor, file, offset.
+func (v *verifier) result() VerifyReport {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	fs := slices.Clone(v.findings)
+	slices.SortStableFunc(fs, func(a, b Finding) int {
+		return cmp.Or(strings.Compare(a.Anchor, b.Anchor), strings.Compare(a.File, b.File),
+			cmp.Compare(a.Offset, b.Offset), cmp.Compare(a.Seq, b.Seq))
+	})
+	if fs == nil {
+		fs = []Finding{}
+	}
+	return VerifyReport{OK: len(fs) == 0 && v.ioErr == nil, Anchors: len(v.jobs),
+		Records: v.records.Load(), Bytes: v.bytes.Load(), Failures: fs}
+}
+
+// unknownDirectories reports anchor directories that hold segments of an
+// anchor the index does not know.
+func (v *verifier) unknownDirectories() {
+	db := v.db
+	known := make(map[string]bool, len(v.known))
+	for id := range v.known {
+		known[segment.AnchorPathID(id)] = true
+	}
+	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
+	fans, err := db.fs.List(root)
+	if err != nil {
+		if !oserrorIsNotExist(err) {
+			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "list %s", root))
+		}
+		return
+	}
+	slices.Sort(fans)
+	for _, fan := range fans {
+		if len(fan) != 2 || !isHex(fan) {
+			continue
+		}
+		subs, err := db.fs.List(db.fs.PathJoin(root, fan))
+		if err != nil {
+			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "list %s", fan))
+			return
+		}
+		slices.Sort(subs)
+		for _, sub := range subs {
+			if len(sub) != 30 || !isHex(sub) || known[fan+sub] {
+				continue
+			}
+			dir := db.fs.PathJoin(root, fan, sub)
+			segs, err := listSegments(db, dir)
+			if err != nil {
+				v.fail(err)
+				return
+			}
+			if len(segs) == 0 {
+				continue
+			}
+			anchor := ""
+			if h, _, err := readSegmentHeader(db, segs[0].path); err == nil {
+				anchor = h.Anchor
+			}
+			v.report(Finding{Code: errs.CodeIndexMismatch, Anchor: anchor, File: segs[0].path,
+				Message: fmt.Sprintf("directory %s holds %d segment files of anchor %q, which the index does not know", dir, len(segs), anchor)})
+		}
+	}
+}
+
+// checkSnapshots verifies every snapshot, its replay proof included (INT_003
+// for each that fails), and the audit log's chain against the head the index
+// recorded (INT_002).
+func (v *verifier) checkSnapshots() {
+	if v.opts.SkipSnapshots {
+		return
+	}
+	db := v.db
+	list, err := db.Snapshots(v.ctx)
+	if err != nil {
+		v.fail(err)
+		return
+	}
+	for _, s := range list {
+		if v.ctx.Err() != nil {
+			return
+		}
+		err := s.Err
+		if err == nil {
+			_, err = db.VerifySnapshot(v.ctx, s.Path)
+		}
+		if err == nil {
+			continue
+		}
+		var e *errs.Error
+		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
+			v.fail(err)
+			return
+		}
+		v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Message: e.Error()})
+	}
+	if _, err := db.VerifyAuditLog(v.ctx); err != nil {
+		var e *errs.Error
+		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
+			v.fail(err)
+			return
+		}
+		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: e.Error()})
+	}
+}

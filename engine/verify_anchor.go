@@ -1,0 +1,975 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+	merkleproof "github.com/transparency-dev/merkle/proof"
+)
+
+// anchorCheck is the check of one anchor: one pass over its segment files,
+// in step with its 's' rows in the snapshot.
+type anchorCheck struct {
+	v       *verifier
+	id      string
+	dir     string
+	a       *anchor
+	view    anchorView // the published state, captured before the snapshot
+	hasView bool
+	loadErr error // the anchor's state could not be loaded from the index
+
+	meta    anchorMeta
+	hasMeta bool
+	last    uint64       // L: the highest seq with an 's' row in the snapshot
+	from    *proof.Entry // trusted (size, root) from VerifyOptions.From
+	wanted  []uint64     // tree sizes whose roots the checkpoints need
+
+	// what the pass found
+	roots      map[uint64]segment.Hash // the chain's root at each wanted size
+	fromRoot   bool                    // the From entry's root was shown from the index tree
+	start      uint64                  // first seq checked (1, or the From size + 1)
+	tree       merkleTree
+	treeOK     bool // tree holds exactly the leaves 1..tree.size
+	nodes      []storedNode
+	kExpect    rowDigest
+	iExpect    rowDigest
+	exactRows  bool            // 'k' and 'i' rows are checked one by one
+	unreadable map[uint64]bool // seqs whose frames could not be read
+	truncs     []truncRange    // seqs only a stub holds (compaction removed them)
+	findings   int
+
+	rows   seqCursor
+	sc     *segment.Scanner
+	seg    segState
+	next   uint64       // the seq the next record must carry
+	prev   segment.Hash // the hash it must link to
+	lastCt uint64       // the counter of the record before
+	tailAt *tailIssue   // the first problem past the snapshot's rows
+	tailN  uint64       // whole records past the snapshot's rows
+	newest segState     // the newest segment seen, for the 'a' row
+	sealed bool         // the newest segment is sealed
+
+	fromSeg   uint64 // incremental: the segment of the trusted record
+	fromEnd   int64  // and the offset just past it
+	resumeOff int64  // where the scan of the next segment starts (0: its start)
+	complete  bool   // the pass reached the end
+	batch     *pebble.Batch
+	scratch   []byte
+	dbuf      []byte // scratch of the row digests
+}
+
+// segState is the segment being read.
+type segState struct {
+	segno  uint64
+	path   string
+	size   int64
+	header segment.Header
+	hsize  int64
+}
+
+// tailIssue is a frame past the snapshot's rows that did not read, or the
+// first whole one: unless an append is in flight, it is a finding.
+type tailIssue struct {
+	seq    uint64
+	path   string
+	offset int64
+	err    *segment.FrameError // nil: a whole record the index lacks
+}
+
+// storedNode is a tree node the index must hold in an 'n' row.
+type storedNode struct {
+	level uint8
+	index uint64
+	hash  segment.Hash
+}
+
+// segInfo is one segment file of an anchor directory, or the stub compaction
+// left of a segment it removed.
+type segInfo struct {
+	segno uint64
+	path  string
+	stub  bool
+}
+
+func (c *anchorCheck) report(code errs.Code, seq uint64, file string, offset int64, format string, args ...any) {
+	c.findings++
+	c.v.report(Finding{Code: code, Anchor: c.id, Seq: seq, File: file, Offset: offset, Message: fmt.Sprintf(format, args...)})
+}
+
+func (c *anchorCheck) segPath(segno uint64) string {
+	return c.v.db.fs.PathJoin(c.dir, segment.FileName(segno))
+}
+
+// diskBytes is the size of the anchor's segment files, for progress.
+func (c *anchorCheck) diskBytes() int64 {
+	db := c.v.db
+	segs, err := listSegments(db, c.dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, s := range segs {
+		if st, err := db.fs.Stat(s.path); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// run checks the anchor.
+func (c *anchorCheck) run() {
+	defer c.v.anchorsDone.Add(1)
+	if err := c.check(); err != nil && !c.v.halted() {
+		c.v.fail(err)
+	}
+}
+
+func (c *anchorCheck) check() error {
+	v, db := c.v, c.v.db
+	c.unreadable = make(map[uint64]bool)
+	c.roots = make(map[uint64]segment.Hash)
+	if c.loadErr != nil {
+		c.report(errs.CodeIndexMismatch, 0, "", 0, "the index's state of the anchor does not load: %v", c.loadErr)
+	}
+	if c.hasView && c.view.damage != nil {
+		d := c.view.damage
+		c.report(d.Code, d.Seq, d.File, d.Offset, "damage recorded at open (the anchor is read-only): %s", d.Message)
+	}
+	if err := c.readMeta(); err != nil {
+		return err
+	}
+	defer func() {
+		if c.batch != nil {
+			_ = c.batch.Close()
+		}
+	}()
+	if c.a != nil {
+		// Frames the index names may still be in the anchor's buffer.
+		if err := db.flushSegmentBytes(c.a); err != nil {
+			return err
+		}
+	}
+	prefix := anchorScoped(tagSeq, c.id)
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	if it.Last() && len(it.Key()) == len(prefix)+8 {
+		c.last = be.Uint64(it.Key()[len(prefix):])
+	}
+	c.rows = seqCursor{c: c, it: it, prefix: len(prefix)}
+
+	segs, err := listSegments(db, c.dir)
+	if err != nil {
+		return err
+	}
+	startSeg, err := c.begin(segs)
+	if err != nil {
+		return err
+	}
+	if startSeg >= 0 {
+		if err := c.scan(segs[startSeg:]); err != nil {
+			return err
+		}
+	}
+	if v.halted() {
+		return nil
+	}
+	c.missingRecords()
+	c.checkTail()
+	c.checkHead()
+	if err := c.checkNodes(); err != nil {
+		return err
+	}
+	if err := c.checkIdemRows(); err != nil {
+		return err
+	}
+	c.checkMeta()
+	c.complete = !v.halted()
+	return nil
+}
+
+func (c *anchorCheck) readMeta() error {
+	v, closer, err := c.v.snap.Get(anchorKey(c.id))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read anchor %q", c.id)
+	}
+	defer closer.Close()
+	m, err := decodeAnchorMeta(v)
+	if err != nil {
+		c.report(errs.CodeIndexMismatch, 0, "", 0, "the anchor's 'a' row is malformed: %v", err)
+		return nil
+	}
+	c.meta, c.hasMeta = m, true
+	return nil
+}
+
+// begin sets up the pass: from the genesis for a full check, or from the
+// trusted checkpoint's size. It returns the index in segs of the first
+// segment to read (-1: none).
+func (c *anchorCheck) begin(segs []segInfo) (int, error) {
+	c.start, c.next, c.prev = 1, 1, segment.GenesisHash(c.id)
+	c.tree, c.treeOK = merkleTree{}, true
+	c.noteRoot()
+	if c.from != nil && c.from.Size > 0 {
+		ok, err := c.beginAfter(c.from.Size)
+		if err != nil || ok {
+			if err != nil {
+				return -1, err
+			}
+			return c.resumeFrom(segs)
+		}
+		// The index cannot show the trusted tree: check everything.
+		c.start, c.next, c.prev = 1, 1, segment.GenesisHash(c.id)
+		c.tree, c.treeOK, c.exactRows = merkleTree{}, true, false
+		c.noteRoot()
+	}
+	if len(segs) == 0 {
+		return -1, nil
+	}
+	return 0, nil
+}
+
+// beginAfter prepares an incremental check after size records: the index's
+// tree at size must have the trusted root, and the record at size must be
+// its last leaf and read whole. It reports whether the check can start
+// there; if not, the reasons are findings and the anchor is checked in full.
+func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
+	v := c.v
+	c.exactRows = true
+	if size > c.last {
+		c.report(errs.CodeChainBroken, c.last+1, "", 0, "the trusted checkpoint has %d records of the anchor; the index has %d", size, c.last)
+		return false, nil
+	}
+	st := nodeStore{r: v.snap, anchor: c.id}
+	rng, err := proof.LoadRange(v.ctx, st, size)
+	if err != nil {
+		if errs.CodeOf(err) == errs.CodeWriteFailed {
+			return false, err
+		}
+		c.report(errs.CodeIndexMismatch, size, "", 0, "the index's tree at size %d does not load: %v", size, err)
+		return false, nil
+	}
+	root, err := rng.GetRootHash(nil)
+	if err != nil || !bytes.Equal(root, c.from.Root[:]) {
+		c.report(errs.CodeHashMismatch, size, "", 0, "the index's tree at size %d has root %x; the trusted checkpoint says %s", size, root, c.from.Root)
+		return false, nil
+	}
+	row, ok, err := c.rowAt(size)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		c.report(errs.CodeIndexMismatch, size, "", 0, "no 's' row for seq %d", size)
+		return false, nil
+	}
+	path := c.segPath(row.Segno)
+	rec := &segment.Record{Seq: size, Hash: row.Hash, Counter: row.Counter}
+	if row.Size > 0 {
+		if rec, err = c.readOne(path, size, row); err != nil || rec == nil {
+			return false, err
+		}
+	}
+	// NB: compaction may have truncated the record (its row says size 0):
+	// then the index's hash stands in for it, and the inclusion proof below
+	// binds that hash to the trusted root all the same.
+	leaf := segment.LeafHash(rec.Hash)
+	path2, err := proof.Inclusion(v.ctx, st, size-1, size)
+	if err == nil {
+		err = merkleproof.VerifyInclusion(segment.Blake3RFC6962, size-1, size, leaf[:], path2, c.from.Root[:])
+	}
+	if err != nil {
+		if errs.CodeOf(err) == errs.CodeWriteFailed {
+			return false, err
+		}
+		c.report(errs.CodeHashMismatch, size, path, row.Offset, "record seq %d (%s) is not the last leaf of the trusted tree: %v", size, rec.Hash, err)
+		return false, nil
+	}
+	c.tree = merkleTreeFrom(rng.Hashes(), size)
+	c.fromRoot = true
+	c.start, c.next, c.prev, c.lastCt = size+1, size+1, rec.Hash, rec.Counter
+	c.noteRoot()
+	c.fromSeg, c.fromEnd = row.Segno, row.Offset+int64(row.Size)
+	c.rows.seek(c.start)
+	return true, nil
+}
+
+// readOne reads and checks the record seq at row; a problem is a finding
+// and yields nil.
+func (c *anchorCheck) readOne(path string, seq uint64, row seqEntry) (*segment.Record, error) {
+	f, err := c.v.db.fs.Open(path)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			c.report(errs.CodeChainBroken, seq, path, 0, "segment %s is missing", path)
+			return nil, nil
+		}
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	defer f.Close()
+	rec, _, err := segment.ReadFrameAt(f, c.id, row.Offset, int(row.Size), seq, nil)
+	if err != nil {
+		var fe *segment.FrameError
+		if !errors.As(err, &fe) {
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+		}
+		code := fe.Code
+		if code == "" {
+			code = errs.CodeChainBroken
+		}
+		c.report(code, seq, path, row.Offset, "%s", fe.Msg)
+		return nil, nil
+	}
+	if rec.Hash != row.Hash || rec.Counter != row.Counter {
+		c.report(errs.CodeIndexMismatch, seq, path, row.Offset, "'s' row of seq %d says hash %s counter %d; the record has %s counter %d", seq, row.Hash, row.Counter, rec.Hash, rec.Counter)
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// rowAt reads the 's' row of seq from the snapshot.
+func (c *anchorCheck) rowAt(seq uint64) (seqEntry, bool, error) {
+	v, closer, err := c.v.snap.Get(seqKey(c.id, seq))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return seqEntry{}, false, nil
+	}
+	if err != nil {
+		return seqEntry{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	defer closer.Close()
+	e, err := decodeSeqEntry(v)
+	if err != nil {
+		c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %v", seq, err)
+		return seqEntry{}, false, nil
+	}
+	return e, true, nil
+}
+
+// resumeFrom positions an incremental pass just after the trusted record:
+// in its segment, past its frame.
+func (c *anchorCheck) resumeFrom(segs []segInfo) (int, error) {
+	i := slices.IndexFunc(segs, func(s segInfo) bool { return s.segno == c.fromSeg })
+	if i < 0 {
+		c.report(errs.CodeChainBroken, c.start-1, c.segPath(c.fromSeg), 0, "segment %d, which holds seq %d, is missing", c.fromSeg, c.start-1)
+		return -1, nil
+	}
+	c.resumeOff = c.fromEnd
+	return i, nil
+}
+
+// scan reads the segments in order.
+func (c *anchorCheck) scan(segs []segInfo) error {
+	want := segs[0].segno
+	if c.start == 1 && want != 1 {
+		want = 1
+	}
+	for i, s := range segs {
+		if c.v.halted() {
+			return nil
+		}
+		if s.segno != want {
+			for m := want; m < s.segno; m++ {
+				c.report(errs.CodeChainBroken, 0, c.segPath(m), 0, "segment %d is missing (the directory has %d next)", m, s.segno)
+			}
+			c.skipRows(func(e seqEntry) bool { return e.Segno < s.segno })
+		}
+		want = s.segno + 1
+		newest := i == len(segs)-1
+		scan := c.scanSegment
+		if s.stub {
+			scan = c.scanStub
+		}
+		if err := scan(s, newest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanSegment reads one segment file.
+func (c *anchorCheck) scanSegment(s segInfo, newest bool) error {
+	db := c.v.db
+	f, err := db.fs.Open(s.path)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			c.report(errs.CodeChainBroken, 0, s.path, 0, "segment %s disappeared", s.path)
+			return nil
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", s.path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.path)
+	}
+	c.seg = segState{segno: s.segno, path: s.path, size: st.Size()}
+	c.newest, c.sealed = c.seg, false
+	sc, err := segment.NewScanner(f, st.Size())
+	if err != nil {
+		var fe *segment.FrameError
+		if !errors.As(err, &fe) {
+			return errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.path)
+		}
+		code := fe.Code
+		if fe.Kind == segment.Torn || code == "" {
+			code = errs.CodeChainBroken
+		}
+		c.report(code, c.next, s.path, 0, "segment header: %s", fe.Msg)
+		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
+		return nil
+	}
+	c.sc = sc
+	h := sc.Header
+	c.seg.header, c.seg.hsize = h, int64(sc.HeaderSize)
+	c.newest = c.seg
+	headerOK := true
+	switch {
+	case h.Anchor != c.id:
+		c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment header names anchor %q", h.Anchor)
+		headerOK = false
+	case h.Segno != s.segno:
+		c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment file %d has the header of segment %d", s.segno, h.Segno)
+		headerOK = false
+	}
+	if !headerOK {
+		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
+		return nil
+	}
+	if c.resumeOff > 0 {
+		// An incremental pass starts inside this segment, after the
+		// trusted record.
+		off := c.resumeOff
+		c.resumeOff = 0
+		if c.next < h.FirstSeq || off > st.Size() {
+			c.report(errs.CodeChainBroken, c.next, s.path, off, "segment %d cannot hold seq %d at offset %d", s.segno, c.next, off)
+			return nil
+		}
+		sc.Resume(off, c.next, c.prev, c.next-h.FirstSeq)
+	} else if h.FirstSeq != c.next || h.PrevHash != c.prev {
+		c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment header (first seq %d, prev hash %s) does not continue the chain at seq %d (%s)",
+			h.FirstSeq, h.PrevHash, c.next, c.prev)
+		if h.FirstSeq != c.next {
+			c.treeOK = c.treeOK && h.FirstSeq == c.next
+			c.skipRows(func(e seqEntry) bool { return e.Segno < s.segno })
+		}
+		c.next, c.prev = h.FirstSeq, h.PrevHash
+	}
+	for {
+		if c.v.halted() {
+			return nil
+		}
+		fr, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var fe *segment.FrameError
+			if !errors.As(err, &fe) {
+				return errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.path)
+			}
+			if !c.frameError(fe, newest) {
+				c.v.bytes.Add(sc.Offset() - c.seg.hsize)
+				return nil
+			}
+			continue
+		}
+		if err := c.record(&fr); err != nil {
+			return err
+		}
+	}
+	c.v.bytes.Add(sc.Offset() - c.seg.hsize)
+	switch {
+	case sc.Footer() != nil:
+		c.sealed = true
+	case !newest:
+		c.report(errs.CodeChainBroken, c.next, s.path, sc.Offset(), "segment %d is not sealed, yet segment %d follows", s.segno, s.segno+1)
+	}
+	return nil
+}
+
+// record handles one whole, linked record from the scanner.
+func (c *anchorCheck) record(fr *segment.Frame) error {
+	rec := &fr.Record
+	c.v.records.Add(1)
+	if rec.Seq > c.last {
+		// Past the snapshot's rows: an append in flight, or a record the
+		// index lacks (decided in checkTail).
+		if c.tailN == 0 && c.tailAt == nil {
+			c.tailAt = &tailIssue{seq: rec.Seq, path: c.seg.path, offset: fr.Offset}
+		}
+		c.tailN++
+		c.next, c.prev = rec.Seq+1, rec.Hash
+		return nil
+	}
+	if rec.Counter <= c.lastCt && rec.Seq > 1 {
+		c.report(errs.CodeChainBroken, rec.Seq, c.seg.path, fr.Offset, "counter %d is not above the previous record's %d", rec.Counter, c.lastCt)
+	}
+	c.lastCt = rec.Counter
+	if err := c.expectRows(rec, fr.Offset, fr.Size); err != nil {
+		return err
+	}
+	c.leaf(rec.Seq, rec.Hash, rec.Counter, fr.Offset)
+	c.next, c.prev = rec.Seq+1, rec.Hash
+	return nil
+}
+
+// leaf extends the recomputed tree with record seq and checks the head.
+func (c *anchorCheck) leaf(seq uint64, hash segment.Hash, counter uint64, offset int64) {
+	if c.treeOK && c.tree.size+1 == seq {
+		c.tree.append(segment.LeafHash(hash), c.visitNode)
+		c.noteRoot()
+	} else {
+		c.treeOK = false
+	}
+	if c.hasView && seq == c.view.head.head {
+		if hash != c.view.head.headHash || counter != c.view.head.lastCounter {
+			c.report(errs.CodeIndexMismatch, seq, c.seg.path, offset, "the anchor's head is seq %d hash %s counter %d; the record is %s counter %d",
+				seq, c.view.head.headHash, c.view.head.lastCounter, hash, counter)
+		}
+	}
+}
+
+func (c *anchorCheck) visitNode(level uint, index uint64, h *segment.Hash) {
+	if storedNodeLevel(level) && (c.start == 1 || (index+1)<<level >= c.start) {
+		c.nodes = append(c.nodes, storedNode{level: uint8(level), index: index, hash: *h})
+	}
+}
+
+// noteRoot keeps the root at the current size when a checkpoint needs it.
+func (c *anchorCheck) noteRoot() {
+	if !c.treeOK {
+		return
+	}
+	if _, ok := slices.BinarySearch(c.wanted, c.tree.size); ok {
+		c.roots[c.tree.size] = c.tree.root()
+	}
+	if c.hasView && c.tree.size == c.view.head.head {
+		c.roots[c.tree.size] = c.tree.root()
+	}
+}
+
+// frameError handles a frame the scanner could not read. It reports whether
+// the scan goes on in this segment (after the damaged frame, where the index
+// says the next one starts).
+func (c *anchorCheck) frameError(fe *segment.FrameError, newest bool) bool {
+	sc, seg := c.sc, &c.seg
+	seq := sc.NextSeq()
+	if seq > c.last {
+		// Nothing in the snapshot vouches for bytes here: a write in
+		// flight, or damage past the last record (decided in checkTail).
+		switch {
+		case !newest:
+			// A segment with a successor is never written again: its
+			// tail is not in flight.
+			c.report(errs.CodeChainBroken, seq, seg.path, fe.Offset, "%s", fe.Msg)
+		case c.tailAt == nil:
+			c.tailAt = &tailIssue{seq: seq, path: seg.path, offset: fe.Offset, err: fe}
+		}
+		return false
+	}
+	row, ok := c.rows.peek(seq)
+	switch {
+	case !ok:
+		code := fe.Code
+		if fe.Kind == segment.Torn || code == "" {
+			code = errs.CodeChainBroken
+		}
+		c.report(code, seq, seg.path, fe.Offset, "%s (and the index has no row for seq %d)", fe.Msg, seq)
+		c.treeOK = false
+		return false
+	case row.Segno != seg.segno:
+		// The index puts seq in a later segment: the seal belongs here.
+		c.report(errs.CodeChainBroken, seq, seg.path, fe.Offset, "segment %d must end with its seal at offset %d: %s", seg.segno, fe.Offset, fe.Msg)
+		return false
+	}
+	c.rows.take(seq)
+	end := row.Offset + int64(row.Size)
+	if fe.Kind == segment.Torn && (row.Offset != fe.Offset || end > seg.size) {
+		last := c.lastRowIn(seg.segno, seq)
+		c.report(errs.CodeChainBroken, seq, seg.path, fe.Offset, "segment %d ends at byte %d inside record seq %d; records %d..%d of the index are missing (%s)",
+			seg.segno, seg.size, seq, seq, last, fe.Msg)
+		c.useRow(seq, row)
+		c.skipRows(func(e seqEntry) bool { return e.Segno == seg.segno })
+		return false
+	}
+	code := fe.Code
+	if code == "" {
+		// A length that runs past the end where the index says the whole
+		// frame is: the length field is damaged.
+		code = errs.CodeHashMismatch
+	}
+	c.report(code, seq, seg.path, fe.Offset, "%s", fe.Msg)
+	c.useRow(seq, row)
+	if row.Offset != fe.Offset || end > seg.size {
+		c.skipRows(func(e seqEntry) bool { return e.Segno == seg.segno })
+		return false
+	}
+	// Go on after the damaged frame, where the index says it ends, linking
+	// to the hash the index holds for it.
+	sc.Resume(end, seq+1, row.Hash, seq+1-seg.header.FirstSeq)
+	return true
+}
+
+// useRow stands the index's row in for a record whose frame cannot be read,
+// so the chain and the tree can go on past it.
+func (c *anchorCheck) useRow(seq uint64, row seqEntry) {
+	c.unreadable[seq] = true
+	c.leaf(seq, row.Hash, row.Counter, row.Offset)
+	c.lastCt = row.Counter
+	c.next, c.prev = seq+1, row.Hash
+}
+
+// skipRows consumes the rows for which in is true (at the cursor, in
+// order), standing them in for records that cannot be read.
+func (c *anchorCheck) skipRows(in func(seqEntry) bool) {
+	for {
+		seq, row, ok := c.rows.current()
+		if !ok || seq > c.last {
+			return
+		}
+		e, err := decodeSeqEntry(row)
+		if err != nil || !in(e) {
+			return
+		}
+		c.rows.take(seq)
+		c.useRow(seq, e)
+	}
+}
+
+// lastRowIn returns the highest seq from seq on whose row is in segno (seq
+// if none is).
+func (c *anchorCheck) lastRowIn(segno, seq uint64) uint64 {
+	last := seq
+	for s := seq + 1; s <= c.last; s++ {
+		e, ok, err := c.rowAt(s)
+		if err != nil || !ok || e.Segno != segno {
+			break
+		}
+		last = s
+	}
+	return last
+}
+
+// missingRecords reports index rows left over after the pass: records the
+// index has and the segments do not.
+func (c *anchorCheck) missingRecords() {
+	first, n := uint64(0), uint64(0)
+	var at seqEntry
+	for {
+		seq, _, ok := c.rows.current()
+		if !ok {
+			break
+		}
+		row, _ := c.rows.take(seq) // NB: a copy; the iterator's bytes move on
+		e, err := decodeSeqEntry(row)
+		if err != nil {
+			c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %v", seq, err)
+			continue
+		}
+		if n == 0 {
+			first, at = seq, e
+		}
+		n++
+		c.useRow(seq, e)
+	}
+	if n > 0 {
+		c.report(errs.CodeChainBroken, first, c.segPath(at.Segno), at.Offset, "%d records from seq %d are in the index but not in the segments", n, first)
+	}
+}
+
+// checkTail decides about what follows the snapshot's rows.
+func (c *anchorCheck) checkTail() {
+	if c.tailAt == nil {
+		return
+	}
+	db := c.v.db
+	// NB: in this order — once no append is in flight, the published head
+	// covers every frame written before, so frames past it are no append's.
+	if c.a == nil || db.appendsInFlight() {
+		return
+	}
+	live := c.a.view().head.head
+	t := c.tailAt
+	if t.err == nil {
+		if last := t.seq + c.tailN - 1; last > live {
+			from := max(t.seq, live+1)
+			c.report(errs.CodeIndexMismatch, from, t.path, t.offset, "the segments hold records %d..%d past the index's last (seq %d)", from, last, live)
+		}
+		return
+	}
+	if t.seq > live {
+		code := t.err.Code
+		if t.err.Kind == segment.Torn || code == "" {
+			code = errs.CodeChainBroken
+		}
+		c.report(code, t.seq, t.path, t.offset, "after the last record: %s", t.err.Msg)
+	}
+}
+
+// checkHead compares the published head and tree with the chain.
+func (c *anchorCheck) checkHead() {
+	if !c.hasView {
+		return
+	}
+	n := c.view.head.head
+	if n > c.last {
+		c.report(errs.CodeIndexMismatch, c.last+1, "", 0, "the anchor's head is seq %d, the index has rows up to %d", n, c.last)
+		return
+	}
+	// NB: rows past the captured head are a commit not yet published,
+	// unless nothing is in flight and the head still has not reached them.
+	if c.last > n && c.a != nil && !c.v.db.appendsInFlight() && c.a.view().head.head < c.last {
+		c.report(errs.CodeIndexMismatch, n+1, "", 0, "the index has rows up to seq %d, past the anchor's head (seq %d)", c.last, n)
+	}
+	got, ok := c.roots[n]
+	if !ok || n < c.start-1 {
+		return
+	}
+	if want := c.view.root(); got != want || c.view.tree.End() != n {
+		c.report(errs.CodeIndexMismatch, n, "", 0, "the in-memory Merkle tree (size %d, root %s) differs from the chain's tree at size %d (root %s)",
+			c.view.tree.End(), want, n, got)
+	}
+}
+
+// checkNodes compares the recomputed stored-level nodes with the 'n' rows.
+func (c *anchorCheck) checkNodes() error {
+	if !c.treeOK || c.v.halted() {
+		return nil
+	}
+	slices.SortFunc(c.nodes, func(a, b storedNode) int {
+		if a.level != b.level {
+			return int(a.level) - int(b.level)
+		}
+		switch {
+		case a.index < b.index:
+			return -1
+		case a.index > b.index:
+			return 1
+		}
+		return 0
+	})
+	prefix := anchorScoped(tagNode, c.id)
+	it, err := c.v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	i := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) != len(prefix)+9 {
+			c.report(errs.CodeIndexMismatch, 0, "", 0, "malformed 'n' row key %x", k)
+			continue
+		}
+		level, index := k[len(prefix)], be.Uint64(k[len(prefix)+1:])
+		if c.start > 1 && (index+1)<<level < c.start {
+			continue // completed before the trusted size: not re-derived
+		}
+		for i < len(c.nodes) && (c.nodes[i].level < level || c.nodes[i].level == level && c.nodes[i].index < index) {
+			n := c.nodes[i]
+			c.report(errs.CodeIndexMismatch, nodeSeq(n.level, n.index), "", 0, "no 'n' row for tree node level %d index %d", n.level, n.index)
+			i++
+		}
+		if i < len(c.nodes) && c.nodes[i].level == level && c.nodes[i].index == index {
+			if !bytes.Equal(it.Value(), c.nodes[i].hash[:]) {
+				c.report(errs.CodeIndexMismatch, nodeSeq(level, index), "", 0, "'n' row of tree node level %d index %d is %x; the chain gives %s", level, index, it.Value(), c.nodes[i].hash)
+			}
+			i++
+			continue
+		}
+		c.report(errs.CodeIndexMismatch, nodeSeq(level, index), "", 0, "'n' row for tree node level %d index %d, which the chain does not complete", level, index)
+	}
+	for ; i < len(c.nodes); i++ {
+		n := c.nodes[i]
+		c.report(errs.CodeIndexMismatch, nodeSeq(n.level, n.index), "", 0, "no 'n' row for tree node level %d index %d", n.level, n.index)
+	}
+	if err := it.Error(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	return nil
+}
+
+// nodeSeq is the seq of the record that completes a tree node.
+func nodeSeq(level uint8, index uint64) uint64 { return (index + 1) << level }
+
+// checkMeta compares the 'a' row with the segments, when the pass found the
+// anchor sound and nothing is in flight (a seal moves the active segment).
+func (c *anchorCheck) checkMeta() {
+	if c.findings > 0 || c.newest.segno == 0 || !c.hasMeta || c.start > 1 || c.v.db.appendsInFlight() || c.tailAt != nil {
+		return
+	}
+	wantSeg, wantFirst := c.newest.segno, c.newest.header.FirstSeq
+	if c.sealed {
+		wantSeg, wantFirst = c.newest.segno+1, c.next
+	}
+	if c.meta.ActiveSegno != wantSeg || c.meta.ActiveFirstSeq != wantFirst {
+		c.report(errs.CodeIndexMismatch, 0, c.newest.path, 0, "the 'a' row names active segment %d from seq %d; the segments say %d from seq %d",
+			c.meta.ActiveSegno, c.meta.ActiveFirstSeq, wantSeg, wantFirst)
+	}
+}
+
+// seqCursor walks an anchor's 's' rows in the snapshot in step with the
+// records read from the segments.
+type seqCursor struct {
+	c       *anchorCheck
+	it      *pebble.Iterator
+	prefix  int
+	started bool
+	valid   bool
+	seq     uint64
+	buf     []byte
+}
+
+// current returns the row at the cursor.
+func (r *seqCursor) current() (uint64, []byte, bool) {
+	if !r.started {
+		r.started = true
+		r.valid = r.it.First()
+		r.load()
+	}
+	if !r.valid {
+		return 0, nil, false
+	}
+	return r.seq, r.it.Value(), true
+}
+
+func (r *seqCursor) load() {
+	for r.valid {
+		k := r.it.Key()
+		if len(k) == r.prefix+8 {
+			r.seq = be.Uint64(k[r.prefix:])
+			return
+		}
+		r.c.report(errs.CodeIndexMismatch, 0, "", 0, "malformed 's' row key %x", k)
+		r.valid = r.it.Next()
+	}
+}
+
+// skipTo moves the cursor to the first row at or after seq; rows before it
+// are records no segment holds where they should be.
+func (r *seqCursor) skipTo(seq uint64) {
+	first, n := uint64(0), uint64(0)
+	var at seqEntry
+	for {
+		s, row, ok := r.current()
+		if !ok || s >= seq {
+			break
+		}
+		if n == 0 {
+			first = s
+			at, _ = decodeSeqEntry(row)
+		}
+		n++
+		r.valid = r.it.Next()
+		r.load()
+	}
+	if n > 0 {
+		r.c.treeOK = false
+		r.c.report(errs.CodeChainBroken, first, r.c.segPath(at.Segno), at.Offset, "%d records from seq %d are in the index but not where the segments hold them", n, first)
+	}
+}
+
+// seek moves the cursor to the first row at or after seq, passing over the
+// rows before it without a word (an incremental check trusts them).
+func (r *seqCursor) seek(seq uint64) {
+	r.started = true
+	r.valid = r.it.SeekGE(seqKey(r.c.id, seq))
+	r.load()
+}
+
+// peek returns the row of seq without consuming it.
+func (r *seqCursor) peek(seq uint64) (seqEntry, bool) {
+	r.skipTo(seq)
+	s, row, ok := r.current()
+	if !ok || s != seq {
+		return seqEntry{}, false
+	}
+	e, err := decodeSeqEntry(row)
+	if err != nil {
+		return seqEntry{}, false
+	}
+	return e, true
+}
+
+// take returns the raw row of seq and moves past it. The row is valid
+// until the next call.
+func (r *seqCursor) take(seq uint64) ([]byte, bool) {
+	r.skipTo(seq)
+	s, row, ok := r.current()
+	if !ok || s != seq {
+		return nil, false
+	}
+	r.buf = append(r.buf[:0], row...)
+	r.valid = r.it.Next()
+	r.load()
+	return r.buf, true
+}
+
+// listSegments returns the segment files of an anchor directory by number,
+// with the stubs of segments compaction removed in their place. (Where both
+// are present — a truncation cut short — the segment is what is read.)
+func listSegments(db *DB, dir string) ([]segInfo, error) {
+	names, err := db.fs.List(dir)
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			return nil, nil
+		}
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	bySegno := make(map[uint64]segInfo, len(names))
+	for _, n := range names {
+		if segno, ok := segment.ParseFileName(n); ok {
+			bySegno[segno] = segInfo{segno: segno, path: db.fs.PathJoin(dir, n)}
+		}
+	}
+	for _, n := range names {
+		if segno, ok := segment.ParseStubFileName(n); ok {
+			if _, seg := bySegno[segno]; !seg {
+				bySegno[segno] = segInfo{segno: segno, path: db.fs.PathJoin(dir, n), stub: true}
+			}
+		}
+	}
+	segs := make([]segInfo, 0, len(bySegno))
+	for _, s := range bySegno {
+		segs = append(segs, s)
+	}
+	slices.SortFunc(segs, func(a, b segInfo) int {
+		switch {
+		case a.segno < b.segno:
+			return -1
+		case a.segno > b.segno:
+			return 1
+		}
+		return 0
+	})
+	return segs, nil
+}
+
+// readSegmentHeader reads and parses the header of a segment file.
+func readSegmentHeader(db *DB, path string) (segment.Header, int64, error) {
+	f, err := db.fs.Open(path)
+	if err != nil {
+		return segment.Header{}, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return segment.Header{}, 0, err
+	}
+	buf := make([]byte, min(st.Size(), int64(segment.HeaderSize(string(make([]byte, segment.MaxAnchorID))))))
+	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		return segment.Header{}, 0, err
+	}
+	h, _, err := segment.ParseHeader(buf)
+	return h, st.Size(), err
+}

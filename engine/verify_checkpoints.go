@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
+	merkleproof "github.com/transparency-dev/merkle/proof"
+)
+
+// checkCheckpoints checks the checkpoints stored in the database: each is a
+// well-formed signed note of this database (signed by one of VerifierKeys,
+// when given); each anchor it lists exists, is at least that long, and has
+// that root at that size in the chain; and each extends the one before it.
+// The trusted checkpoint of an incremental check gets the same checks.
+func (v *verifier) checkCheckpoints() {
+	origin := proof.CheckpointOrigin(v.db.id)
+	var prev *StoredCheckpoint
+	for i := range v.stored {
+		if v.halted() {
+			return
+		}
+		s := &v.stored[i]
+		if s.Err != nil {
+			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is not a well-formed signed checkpoint: %v", s.Err)})
+			continue
+		}
+		if len(v.opts.VerifierKeys) > 0 {
+			if _, err := proof.OpenCheckpoint(s.Note, v.opts.VerifierKeys...); err != nil {
+				code := errs.CodeOf(err)
+				if code != errs.CodeHashMismatch {
+					code = errs.CodeSignatureInvalid
+				}
+				v.report(Finding{Code: code, File: s.Path, Message: fmt.Sprintf("stored checkpoint: %v", err)})
+				continue
+			}
+		}
+		cp := s.Checkpoint
+		if cp.Origin != origin {
+			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is of %q, this database is %q", cp.Origin, origin)})
+			continue
+		}
+		for _, e := range cp.Entries {
+			v.checkEntry(e, s.Path)
+		}
+		if prev != nil {
+			if err := proof.CheckConsistent(v.ctx, prev.Checkpoint, cp, nil); err != nil && v.ctx.Err() == nil {
+				v.report(Finding{Code: errs.CodeChainBroken, File: s.Path, Message: fmt.Sprintf("stored checkpoint contradicts the one before it (%s): %v", prev.Name, err)})
+			}
+		}
+		prev = s
+	}
+	if from := v.opts.From; from != nil {
+		for _, e := range from.Entries {
+			if c := v.byID[e.Anchor]; c == nil || !c.fromRoot {
+				v.checkEntry(e, "")
+			}
+		}
+	}
+}
+
+// checkEntry checks one checkpoint entry against the anchor's chain.
+func (v *verifier) checkEntry(e proof.Entry, file string) {
+	c := v.byID[e.Anchor]
+	if c == nil {
+		if !v.restricted && !v.known[e.Anchor] {
+			v.report(Finding{Code: errs.CodeChainBroken, Anchor: e.Anchor, Seq: e.Size, File: file,
+				Message: fmt.Sprintf("the checkpoint lists anchor %q with %d records; the database does not have it", e.Anchor, e.Size)})
+		}
+		return
+	}
+	if !c.complete {
+		return
+	}
+	if e.Size > c.last {
+		c.report(errs.CodeChainBroken, c.last+1, file, 0, "the checkpoint lists %d records of the anchor; the database has %d", e.Size, c.last)
+		return
+	}
+	if root, ok := c.roots[e.Size]; ok {
+		if root != e.Root {
+			c.report(errs.CodeHashMismatch, e.Size, file, 0, "the chain's tree of size %d has root %s; the checkpoint says %s", e.Size, root, e.Root)
+		}
+		return
+	}
+	if c.from == nil || !c.fromRoot || e.Size >= c.from.Size {
+		return // the tree is broken before this size, which is already a finding
+	}
+	// Below the trusted size of an incremental check: prove the entry's
+	// tree a prefix of the trusted one.
+	path, err := proof.Consistency(v.ctx, nodeStore{r: v.snap, anchor: e.Anchor}, e.Size, c.from.Size)
+	if err == nil {
+		if e.Size == 0 {
+			return
+		}
+		err = merkleproof.VerifyConsistency(segment.Blake3RFC6962, e.Size, c.from.Size, path, e.Root[:], c.from.Root[:])
+	}
+	if err != nil {
+		if errs.CodeOf(err) == errs.CodeWriteFailed {
+			v.fail(err)
+			return
+		}
+		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %v", e.Size, e.Root, c.from.Size, err)
+	}
+}

@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/transparency-dev/merkle/compact"
+)
+
+// The few places where verification, proofs and checkpoints reach into the
+// commit path's state. They are gathered here so that a change to how
+// commits publish their work has one file to follow.
+//
+// What they rely on, in the order a commit does its work:
+//
+//  1. a group's segment bytes reach the anchor's buffer (or its file),
+//  2. its index batch is applied,
+//  3. its anchors' visible heads and trees are published under a.mu,
+//  4. its appends leave admission.
+//
+// So a visible head captured before a Pebble snapshot is covered by the
+// snapshot's rows; every row of the snapshot has its frame in the file once
+// the anchor's buffer has been flushed after the snapshot; and frames past
+// the snapshot's rows belong to appends still in flight, unless admission is
+// empty and the published head does not cover them.
+
+// anchorView is an anchor's published state at one moment.
+type anchorView struct {
+	head   anchorHead
+	tree   *compact.Range // never mutated once published
+	damage *errs.Error
+}
+
+// view returns the anchor's visible head, tree and damage, read together.
+func (a *anchor) view() anchorView {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return anchorView{head: a.vis, tree: a.visTree, damage: a.damage}
+}
+
+// root returns the root of the view's tree (the empty root for none).
+func (v anchorView) root() segment.Hash {
+	var out segment.Hash
+	if v.tree == nil || v.tree.End() == 0 {
+		copy(out[:], segment.Blake3RFC6962.EmptyRoot())
+		return out
+	}
+	r, err := v.tree.GetRootHash(nil)
+	if err != nil || len(r) != segment.HashSize {
+		// NB: a published range starts at 0 and is not empty here, so
+		// GetRootHash cannot fail; an impossible failure reads as a root
+		// that matches nothing.
+		return out
+	}
+	copy(out[:], r)
+	return out
+}
+
+// flushSegmentBytes writes the anchor's buffered segment bytes to its file,
+// so a reader of the file sees every frame the index names. It does nothing
+// once writes have stopped (the bytes on disk are then all there is).
+func (db *DB) flushSegmentBytes(a *anchor) error {
+	if db.failed.Load() != nil || db.closed.Load() {
+		return nil
+	}
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if err := db.flushBufferLocked(a); err != nil {
+		return db.fail(err)
+	}
+	return nil
+}
+
+// appendsInFlight reports whether any append has been admitted and not yet
+// acknowledged: while none is, the published heads cover every frame in the
+// segment files.
+func (db *DB) appendsInFlight() bool {
+	n, _ := db.adm.inFlight()
+	return n > 0
+}
+
+// loadedAnchor returns the anchor's state, loading it from the index if
+// needed, or nil when the index does not know it.
+func (db *DB) loadedAnchor(id string) (*anchor, error) {
+	return db.getAnchor(id, false)
+}

@@ -1,0 +1,521 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The index rows a record implies are whatever indexRecord writes for it —
+// the one definition shared by commits, recovery and rebuilds. Verification
+// runs indexRecord into a scratch batch for every record it reads and
+// compares what comes out with the snapshot:
+//
+//   - 's' rows, which are in seq order like the records, one by one;
+//   - 'k' rows (ordered by user key) and 'i' rows (by idempotency key) as
+//     multisets: the sum of a keyed hash of every expected row against the
+//     sum over the rows found, per anchor, with the row count. The hash is
+//     hash/maphash with a seed drawn for each run, so the rows of a damaged
+//     index cannot be arranged to cancel out. Only when the sums differ are
+//     the anchor's rows matched one by one, to name each bad row;
+//   - any other row, in case indexRecord learns a new kind, by a lookup.
+//
+// An incremental check (VerifyOptions.From) sees only part of an anchor's
+// records, so it looks every expected row up instead, and does not look for
+// rows that should not be there.
+
+// digestSeeds key the row hashes of one run.
+type digestSeeds struct{ seed maphash.Seed }
+
+func newDigestSeeds() digestSeeds { return digestSeeds{seed: maphash.MakeSeed()} }
+
+// rowDigest is an order-independent digest of a multiset of index rows: the
+// number of rows and the sum of their keyed hashes.
+type rowDigest struct{ n, sum uint64 }
+
+// add adds the row (k, v); buf is the caller's scratch space.
+func (d *rowDigest) add(s *digestSeeds, buf *[]byte, k, v []byte) {
+	b := be.AppendUint32((*buf)[:0], uint32(len(k)))
+	b = append(b, k...)
+	b = append(b, v...)
+	*buf = b
+	d.n++
+	d.sum += maphash.Bytes(s.seed, b)
+}
+
+// expectRows derives the index rows of a record just read at (segment,
+// offset, size) and checks or digests them.
+func (c *anchorCheck) expectRows(rec *segment.Record, offset int64, size int) error {
+	db := c.v.db
+	if c.batch == nil {
+		c.batch = db.index.NewBatch()
+	}
+	c.batch.Reset()
+	c.scratch = indexRecord(c.batch, rec, c.seg.segno, offset, size, db.opts.InlineValueMax, c.scratch)
+	r := c.batch.Reader()
+	for {
+		_, k, val, ok, err := r.Next()
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "read scratch batch")
+		}
+		if !ok {
+			return nil
+		}
+		switch {
+		case len(k) == 0:
+		case k[0] == tagSeq:
+			c.checkSeqRow(rec, offset, k, val)
+		case k[0] == tagKey && !c.exactRows:
+			c.kExpect.add(&c.v.seeds, &c.dbuf, k, val)
+		case k[0] == tagIdem && !c.exactRows:
+			c.iExpect.add(&c.v.seeds, &c.dbuf, k, val)
+		default:
+			if err := c.lookupRow(rec, offset, k, val); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// checkSeqRow compares the record's 's' row with the one at the cursor.
+func (c *anchorCheck) checkSeqRow(rec *segment.Record, offset int64, k, want []byte) {
+	row, ok := c.rows.take(rec.Seq)
+	if !ok {
+		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "no 's' row for seq %d", rec.Seq)
+		return
+	}
+	// NB: the key is seqKey(anchor, seq) by construction, and the cursor
+	// matched the seq: only the value can differ.
+	if bytes.Equal(row, want) {
+		return
+	}
+	got, err := decodeSeqEntry(row)
+	exp, _ := decodeSeqEntry(want)
+	msg := fmt.Sprintf("is malformed: %v", err)
+	if err == nil {
+		msg = fmt.Sprintf("says segment %d offset %d size %d counter %d hash %s; the record is at segment %d offset %d size %d with counter %d hash %s",
+			got.Segno, got.Offset, got.Size, got.Counter, got.Hash, exp.Segno, exp.Offset, exp.Size, exp.Counter, exp.Hash)
+	}
+	c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "'s' row of seq %d %s", rec.Seq, msg)
+}
+
+// lookupRow checks one expected row by reading it from the snapshot.
+func (c *anchorCheck) lookupRow(rec *segment.Record, offset int64, k, want []byte) error {
+	got, closer, err := c.v.snap.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "no %s for seq %d", rowName(k), rec.Seq)
+		return nil
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	defer closer.Close()
+	if !sameRow(k, got, want, rec.Value) {
+		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "%s disagrees with record seq %d", rowName(k), rec.Seq)
+	}
+	return nil
+}
+
+// sameRow reports whether the row found says what the expected row says. A
+// 'k' row may keep a put's value inline or not (the inline limit is an
+// option and may have been different when the row was written); an inline
+// value must be the record's.
+func sameRow(k, got, want, value []byte) bool {
+	if bytes.Equal(got, want) {
+		return true
+	}
+	if len(k) == 0 || k[0] != tagKey {
+		return false
+	}
+	g, err1 := decodeVersionEntry(got)
+	w, err2 := decodeVersionEntry(want)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	if g.Inline && !bytes.Equal(g.Value, value) {
+		return false
+	}
+	g.Inline, g.Value, w.Inline, w.Value = false, nil, false, nil
+	return bytes.Equal(g.encode(nil), w.encode(nil))
+}
+
+// rowName names the kind of an index row for messages.
+func rowName(k []byte) string {
+	if len(k) == 0 {
+		return "index row"
+	}
+	return fmt.Sprintf("'%c' row", k[0])
+}
+
+// keyRowPass digests every 'k' row of the snapshot per anchor. It runs as
+// one task beside the anchor checks; compareKeyRows uses what it found.
+func (v *verifier) keyRowPass() {
+	v.kActual = make(map[string]*rowDigest, len(v.jobs))
+	for _, c := range v.jobs {
+		v.kActual[c.id] = &rowDigest{}
+	}
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	if err != nil {
+		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+		return
+	}
+	defer it.Close()
+	var anchor, buf []byte
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%4096 == 0 && v.halted() {
+			return
+		}
+		k := it.Key()
+		var good bool
+		if anchor, good = versionKeyAnchor(anchor[:0], k); !good {
+			v.report(Finding{Code: errs.CodeIndexMismatch, Message: fmt.Sprintf("malformed 'k' row key %x", k)})
+			continue
+		}
+		d := v.kActual[string(anchor)]
+		if d == nil {
+			if !v.restricted && !v.known[string(anchor)] {
+				v.report(Finding{Code: errs.CodeIndexMismatch, Anchor: string(anchor),
+					Message: fmt.Sprintf("'k' row %x names anchor %q, which the index does not know", k, anchor)})
+			}
+			continue
+		}
+		if retainedVersion(it.Value()) {
+			v.retained = append(v.retained, retainedRow{anchor: string(anchor), key: slices.Clone(k), value: slices.Clone(it.Value())})
+			continue
+		}
+		d.add(&v.seeds, &buf, k, it.Value())
+	}
+	if err := it.Error(); err != nil {
+		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+	}
+}
+
+// versionKeyAnchor appends to dst the anchor id of a 'k' row key:
+// 'k' ‖ esc(key) ‖ 0x00 0x01 ‖ ^counter ‖ desc(anchor) ‖ 0xFF.
+func versionKeyAnchor(dst, k []byte) ([]byte, bool) {
+	if len(k) < 1+2+8+2 || k[0] != tagKey || k[len(k)-1] != 0xFF {
+		return dst, false
+	}
+	i := 1
+	for {
+		j := bytes.IndexByte(k[i:], 0)
+		if j < 0 || i+j+1 >= len(k) {
+			return dst, false
+		}
+		i += j
+		if k[i+1] == 0x01 {
+			break
+		}
+		if k[i+1] != 0xFF {
+			return dst, false
+		}
+		i += 2
+	}
+	rest := k[i+2:]
+	if len(rest) < 8+2 {
+		return dst, false
+	}
+	for _, b := range rest[8 : len(rest)-1] {
+		dst = append(dst, 0xFF-b)
+	}
+	return dst, true
+}
+
+// compareKeyRows compares each fully checked anchor's expected 'k' rows with
+// those found, and matches the rows of anchors that differ one by one.
+func (v *verifier) compareKeyRows() {
+	if v.kActual == nil {
+		return
+	}
+	var differ []*anchorCheck
+	for _, c := range v.jobs {
+		if c.exactRows || !c.complete {
+			continue
+		}
+		if got := v.kActual[c.id]; got == nil || *got != c.kExpect {
+			differ = append(differ, c)
+		}
+	}
+	if len(differ) == 0 {
+		return
+	}
+	want := make(map[string]map[string]expectedRow, len(differ))
+	for _, c := range differ {
+		rows, err := c.expectedRows(tagKey)
+		if err != nil {
+			v.fail(err)
+			return
+		}
+		want[c.id] = rows
+	}
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	if err != nil {
+		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+		return
+	}
+	defer it.Close()
+	var anchor []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		var good bool
+		if anchor, good = versionKeyAnchor(anchor[:0], it.Key()); !good {
+			continue
+		}
+		rows := want[string(anchor)]
+		if rows == nil || retainedVersion(it.Value()) {
+			continue
+		}
+		v.byID[string(anchor)].matchRow(rows, it.Key(), it.Value())
+	}
+	if err := it.Error(); err != nil {
+		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+		return
+	}
+	for _, c := range differ {
+		c.unmatched(want[c.id])
+	}
+}
+
+// checkIdemRows compares the anchor's expected 'i' rows with those found.
+func (c *anchorCheck) checkIdemRows() error {
+	if c.exactRows || c.v.halted() {
+		return nil
+	}
+	prefix := anchorScoped(tagIdem, c.id)
+	scan := func(each func(k, v []byte)) error {
+		it, err := c.v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+		}
+		defer it.Close()
+		for ok := it.First(); ok; ok = it.Next() {
+			each(it.Key(), it.Value())
+		}
+		if err := it.Error(); err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+		}
+		return nil
+	}
+	var got rowDigest
+	var truncated []idemEntry
+	if err := scan(func(k, v []byte) {
+		if e, err := decodeIdemEntry(v); err == nil && c.truncated(e.Seq) {
+			truncated = append(truncated, e)
+			return
+		}
+		got.add(&c.v.seeds, &c.dbuf, k, v)
+	}); err != nil {
+		return err
+	}
+	// The 'i' rows of truncated records outlive them (a key once used is
+	// never freed): they must name a truncated record as its row does.
+	for _, e := range truncated {
+		row, ok, err := c.rowAt(e.Seq)
+		if err != nil {
+			return err
+		}
+		if !ok || row.Hash != e.Hash || row.Counter != e.Counter {
+			c.report(errs.CodeIndexMismatch, e.Seq, "", 0, "'i' row of truncated seq %d says hash %s counter %d; the 's' row does not", e.Seq, e.Hash, e.Counter)
+		}
+	}
+	if got == c.iExpect {
+		return nil
+	}
+	rows, err := c.expectedRows(tagIdem)
+	if err != nil {
+		return err
+	}
+	if err := scan(func(k, v []byte) {
+		if e, err := decodeIdemEntry(v); err == nil && c.truncated(e.Seq) {
+			return
+		}
+		c.matchRow(rows, k, v)
+	}); err != nil {
+		return err
+	}
+	c.unmatched(rows)
+	return nil
+}
+
+// expectedRow is a row the index must hold, and the record that implies it.
+type expectedRow struct {
+	value  []byte
+	seq    uint64
+	path   string
+	offset int64
+	rec    []byte // the record's value, for an inline 'k' value
+	tag    byte
+	found  bool
+}
+
+// expectedRows reads the anchor's records again — by their 's' rows, each
+// frame checked — and returns the rows with the given tag that they imply,
+// by key. Records that cannot be read are left out and noted in unreadable.
+func (c *anchorCheck) expectedRows(tag byte) (map[string]expectedRow, error) {
+	db, v := c.v.db, c.v
+	out := make(map[string]expectedRow)
+	prefix := anchorScoped(tagSeq, c.id)
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: seqKey(c.id, c.start), UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	defer it.Close()
+	fr := db.newFrameReader(c.id)
+	defer fr.close()
+	batch := db.index.NewBatch()
+	defer batch.Close()
+	var scratch []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		row, _, err := decodeSeqRow(prefix, it.Key(), it.Value())
+		if err != nil || row.seq > c.last || c.unreadable[row.seq] || row.Size == 0 {
+			continue
+		}
+		rec, err := fr.read(row.seq, row.seqEntry)
+		if err != nil {
+			c.unreadable[row.seq] = true
+			continue
+		}
+		batch.Reset()
+		scratch = indexRecord(batch, &rec, row.Segno, row.Offset, int(row.Size), db.opts.InlineValueMax, scratch)
+		r := batch.Reader()
+		for {
+			_, k, val, ok, err := r.Next()
+			if err != nil || !ok {
+				break
+			}
+			if len(k) > 0 && k[0] == tag {
+				out[string(k)] = expectedRow{value: slices.Clone(val), seq: row.seq, path: c.segPath(row.Segno), offset: row.Offset, rec: rec.Value, tag: tag}
+			}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	return out, nil
+}
+
+// matchRow checks one row found against the expected rows.
+func (c *anchorCheck) matchRow(rows map[string]expectedRow, k, got []byte) {
+	w, ok := rows[string(k)]
+	if !ok {
+		seq, loc := rowSeq(k, got), ""
+		if c.unreadable[seq] {
+			return // its record is already reported
+		}
+		if seq > 0 && seq <= c.last {
+			if e, ok, _ := c.rowAt(seq); ok {
+				loc = c.segPath(e.Segno)
+			}
+		}
+		c.report(errs.CodeIndexMismatch, seq, loc, 0, "%s %x is not implied by any record (it names seq %d)", rowName(k), k, seq)
+		return
+	}
+	w.found = true
+	rows[string(k)] = w
+	if !sameRow(k, got, w.value, w.rec) {
+		c.report(errs.CodeIndexMismatch, w.seq, w.path, w.offset, "%s of record seq %d says %x; the record implies %x", rowName(k), w.seq, got, w.value)
+	}
+}
+
+// unmatched reports the expected rows no row was found for.
+func (c *anchorCheck) unmatched(rows map[string]expectedRow) {
+	var missing []expectedRow
+	for _, w := range rows {
+		if !w.found {
+			missing = append(missing, w)
+		}
+	}
+	slices.SortFunc(missing, func(a, b expectedRow) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	for _, w := range missing {
+		c.report(errs.CodeIndexMismatch, w.seq, w.path, w.offset, "the index has no %s for record seq %d", rowName([]byte{w.tag}), w.seq)
+	}
+}
+
+// rowSeq returns the seq a 'k' or 'i' row names, or 0.
+func rowSeq(k, v []byte) uint64 {
+	switch {
+	case len(k) > 0 && k[0] == tagKey:
+		if e, err := decodeVersionEntry(v); err == nil {
+			return e.Seq
+		}
+	case len(k) > 0 && k[0] == tagIdem:
+		if e, err := decodeIdemEntry(v); err == nil {
+			return e.Seq
+		}
+	}
+	return 0
+}
+
+// retainedVersion reports whether a 'k' row is the kept newest version of a
+// record compaction truncated (its location says size 0).
+func retainedVersion(v []byte) bool {
+	e, err := decodeVersionEntry(v)
+	return err == nil && e.Size == 0
+}
+
+// retainedRow is a 'k' row of a truncated record, checked by checkRetained.
+type retainedRow struct {
+	anchor     string
+	key, value []byte
+}
+
+// checkRetained checks the 'k' rows compaction kept for truncated records:
+// each must be the record kept in its 'r' row — whose hash is the one the
+// chain has at that seq — with its key, counter, type and value.
+func (v *verifier) checkRetained() {
+	for _, r := range v.retained {
+		if v.halted() {
+			return
+		}
+		c := v.byID[r.anchor]
+		if c == nil || !c.complete {
+			continue
+		}
+		ve, _ := decodeVersionEntry(r.value)
+		bad := func(format string, args ...any) {
+			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, "'k' row kept for truncated seq %d: "+format, append([]any{ve.Seq}, args...)...)
+		}
+		frame, closer, err := v.snap.Get(retainedKey(r.anchor, ve.Seq))
+		if errors.Is(err, pebble.ErrNotFound) {
+			bad("no 'r' row holds the record")
+			continue
+		}
+		if err != nil {
+			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+			return
+		}
+		rec, n, err := segment.ParseFrame(r.anchor, frame)
+		var ok bool
+		var row seqEntry
+		if err == nil {
+			row, ok, err = c.rowAt(ve.Seq)
+		}
+		switch {
+		case err != nil:
+			bad("its 'r' row does not hold a record: %v", err)
+		case n != len(frame) || rec.Seq != ve.Seq:
+			bad("its 'r' row holds seq %d", rec.Seq)
+		case !ok || row.Hash != rec.Hash || ve.Hash != rec.Hash:
+			bad("the record kept has hash %s; the chain has %s", rec.Hash, row.Hash)
+		case !bytes.Equal(r.key, versionKey(rec.Key, rec.Counter, r.anchor)):
+			bad("its key does not name the record's key and counter")
+		case (rec.Type == segment.TypeDelete) != (ve.Type == verDelete) || (ve.Type == verPut && (!ve.Inline || !bytes.Equal(ve.Value, rec.Value))):
+			bad("it does not say what the record says")
+		}
+		closer.Close()
+	}
+}

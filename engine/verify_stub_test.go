@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestVerifyTruncatedLog: after compaction removed sealed segments and left
+// stubs, the database verifies — fully, after a reopen, and from a
+// checkpoint taken before the cut — and damage to a stub or to the rows of
+// truncated records is found.
+func TestVerifyTruncatedLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+	db := mustOpen(t, fs, opts)
+	defer func() { _ = db.Close() }()
+	put := func(n int, tag string) {
+		for i := 0; i < n; i++ {
+			e := Entry{Anchor: fmt.Sprintf("a%d", i%3), Type: segment.TypePut, Key: []byte(fmt.Sprintf("k%03d", i%40)), Value: []byte(fmt.Sprint(tag, i))}
+			if tag == "x" && i < 30 {
+				e.Key = []byte(fmt.Sprintf("early%d", i)) // never written again: kept across the cut
+			}
+			if i%5 == 0 {
+				e.IdempotencyKey = []byte(fmt.Sprint(tag, "-op-", i))
+			}
+			if i%11 == 4 {
+				e.Type, e.Value = segment.TypeDelete, nil
+			}
+			if _, err := db.Append(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	put(400, "x")
+	skey, vkey, _ := proof.GenerateKeys("k")
+	msg, _, err := db.CreateCheckpoint(ctx, skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := proof.OpenCheckpoint(msg, vkey)
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "truncate", VerifyBeforeDelete: true}
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	put(60, "y")
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.RemovedBytes == 0 {
+		t.Fatalf("compaction truncated nothing: %+v %v", res, err)
+	}
+	stubs := map[string][]string{}
+	for _, a := range []string{"a0", "a1", "a2"} {
+		dir := segment.AnchorDir(fs, "db", a)
+		names, _ := fs.List(dir)
+		for _, n := range names {
+			if _, ok := segment.ParseStubFileName(n); ok {
+				stubs[a] = append(stubs[a], fs.PathJoin(dir, n))
+			}
+		}
+		slices.Sort(stubs[a])
+	}
+	if len(stubs["a1"]) == 0 {
+		t.Fatalf("no stubs: %v", stubs)
+	}
+	check := func(what string) {
+		t.Helper()
+		rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+		if err != nil || !rep.OK {
+			t.Fatalf("%s: %+v %v", what, rep, err)
+		}
+		rep, err = db.Verify(ctx, VerifyOptions{From: before})
+		if err != nil || !rep.OK || rep.Records != 60 {
+			t.Fatalf("%s, from the checkpoint before the cut: %+v %v", what, rep, err)
+		}
+	}
+	check("truncated")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = mustOpen(t, fs, opts)
+	check("reopened")
+	if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+		t.Fatalf("checkpoint after the cut: %v", err)
+	}
+
+	// A damaged stub.
+	path := stubs["a1"][0]
+	orig, _ := tamperRead(fs, path)
+	bad := slices.Clone(orig)
+	bad[len(bad)/2] ^= 1
+	tamperWrite(fs, path, bad)
+	rep := wantFinding(t, db, errs.CodeHashMismatch, "a1", 1, "segment stub")
+	if rep.Failures[0].File != path || rep.Failures[0].Offset != 0 {
+		t.Fatalf("stub finding %+v", rep.Failures[0])
+	}
+	tamperWrite(fs, path, orig)
+	// A truncated record's row with another hash.
+	e, _, _ := db.seqEntry("a2", 3)
+	if e.Size != 0 {
+		t.Fatalf("seq 3 of a2 is not truncated: %+v", e)
+	}
+	good := e.encode(nil)
+	e.Hash[0] ^= 1
+	setRow(t, db, seqKey("a2", 3), e.encode(nil))
+	wantFinding(t, db, errs.CodeIndexMismatch, "a2", 3, "truncated seq 3")
+	setRow(t, db, seqKey("a2", 3), good)
+	// A kept version of a truncated record that says something else.
+	it, _ := db.index.NewIter(nil)
+	var k, v []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if it.Key()[0] == tagKey && retainedVersion(it.Value()) {
+			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
+			break
+		}
+	}
+	it.Close()
+	if k == nil {
+		t.Fatal("no kept version of a truncated record")
+	}
+	ve, _ := decodeVersionEntry(v)
+	ve.Value = append(slices.Clone(ve.Value), 'X')
+	ve.Type, ve.Inline = verPut, true
+	setRow(t, db, k, ve.encode(nil))
+	_, _, anchor, _ := parseVersionKey(k)
+	wantFinding(t, db, errs.CodeIndexMismatch, anchor, ve.Seq, "kept for truncated seq")
+	setRow(t, db, k, v)
+	check("repaired")
+}
