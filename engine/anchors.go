@@ -24,7 +24,8 @@ type anchor struct {
 
 	// Owned by the commit leader (and by Open before any commit).
 	anchorHead
-	tree *compact.Range // Merkle compact range of the leader's head
+	tree          *compact.Range // Merkle compact range of the leader's head
+	activeChecked bool           // checkActiveSegment ran this session
 
 	// Owned by whoever holds wmu: the applier, a flushing reader, a settle.
 	wmu      sync.Mutex
@@ -192,7 +193,7 @@ func (db *DB) lastSeqEntry(id string) (seqRow, bool, error) {
 	}
 	defer it.Close()
 	if !it.Last() {
-		return seqRow{}, false, it.Error()
+		return seqRow{}, false, ioErr(it.Error(), "read index")
 	}
 	return decodeSeqRow(prefix, it.Key(), it.Value())
 }

@@ -285,7 +285,7 @@ func (db *DB) sinceStats(anchor string, from uint64) (time.Time, uint64, error) 
 	if rec, err := db.Record(context.Background(), anchor, from); err == nil {
 		first = time.Unix(0, rec.Time)
 	}
-	return first, bytes, it.Error()
+	return first, bytes, ioErr(it.Error(), "read index")
 }
 
 // sealedSegments lists the anchor's sealed segments still on disk (every
@@ -375,7 +375,7 @@ func (db *DB) latestVersionsBelowCuts(ctx context.Context, plan snapshot.Plan) (
 		next[len(next)-1] = 2
 		ok = nextKey(it, next)
 	}
-	return out, it.Error()
+	return out, ioErr(it.Error(), "read index")
 }
 
 // truncateSegment removes one sealed segment of the anchor, leaving its stub.

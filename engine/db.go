@@ -88,14 +88,19 @@ type DB struct {
 	settleCh    chan struct{}
 	stopBg      chan struct{}
 	stopApplier chan struct{}
-	bg          sync.WaitGroup
+	bg          sync.WaitGroup // the syncer and the applier
+	settler     sync.WaitGroup // the settle loop
 	cutsMu      sync.Mutex
 	cuts        map[string]uint64 // anchor → first seq still in a segment (cutOf)
 	settleMu    sync.Mutex        // one settle at a time
 	compactMu   sync.Mutex        // one compaction at a time
 
-	recovery RecoveryReport
-	opened   time.Time
+	recoveryMu sync.Mutex
+	recovery   RecoveryReport // what Open found; damage found later is added
+	// fatalHook, set by tests only, runs on Pebble's fatal path just before
+	// the panic that ends the process (see pebbleLogger.Fatalf).
+	fatalHook func(msg string)
+	opened    time.Time
 }
 
 // Open opens (creating if needed) the database in dir for reading and
@@ -130,6 +135,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
+	db.fatalHook = opts.fatalHook
 	db.adm.init(opts.MaxInFlightRecords, opts.MaxInFlightBytes)
 	if err := db.open(); err != nil {
 		if db.journal != nil {
@@ -142,7 +148,8 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	db.bg.Add(3)
+	db.bg.Add(2)
+	db.settler.Add(1)
 	go db.applier.runSyncer(db)
 	go db.applier.runApplier(db)
 	go db.settleLoop()
@@ -177,6 +184,21 @@ func (db *DB) open() error {
 		return err
 	}
 	db.clock.Store(clock)
+	if clean == 1 && !fresh {
+		// A clean index must be the one the last session closed: its settle
+		// point names the newest journal file. An older copy of the index
+		// (restored from a backup, say) also says clean, and would hide
+		// everything written since; recover instead.
+		stale, err := db.indexIsStale()
+		if err != nil {
+			return err
+		}
+		if stale {
+			clean = 0
+			db.event(RecoveryEvent{Kind: EventStaleIndex, Err: errs.New(errs.CodeIndexMismatch,
+				"the index is older than the journal: it was replaced by an older copy; recovering from the segments")})
+		}
+	}
 	db.recovery.Clean = clean == 1
 	if clean != 1 {
 		if err := db.recover(); err != nil {
@@ -308,6 +330,24 @@ func (db *DB) startJournal() error {
 	return db.recordSettled(journal.Pos{Gen: gen})
 }
 
+// indexIsStale reports whether the journal holds a file newer than the
+// index's settle point.
+func (db *DB) indexIsStale() (bool, error) {
+	b, ok, err := db.metaBytes(metaSettled)
+	if err != nil || !ok {
+		return false, err
+	}
+	at, err := journal.DecodePos(b)
+	if err != nil {
+		return false, errs.Wrap(errs.CodeIndexMismatch, err, "settle point")
+	}
+	gens, err := journal.List(db.fs, db.journalDir())
+	if err != nil {
+		return false, errs.Wrap(errs.CodeWriteFailed, err, "list the journal")
+	}
+	return len(gens) > 0 && gens[len(gens)-1] > at.Gen, nil
+}
+
 // IDFile holds the database id under the root. The id names the database in
 // checkpoints, so it lives beside the segments, not only in the index: a
 // rebuilt index keeps it.
@@ -413,6 +453,9 @@ func (db *DB) Close() error {
 	}
 	db.adm.drain()
 	close(db.stopBg)
+	// The settle loop may be inside a settle whose mark is queued for the
+	// applier: let it finish before the applier goes.
+	db.settler.Wait()
 	var err error
 	if db.failed.Load() == nil {
 		err = db.settle()
@@ -422,7 +465,8 @@ func (db *DB) Close() error {
 	}
 	close(db.stopApplier)
 	db.bg.Wait()
-	err = errors.Join(err, db.journal.Close(), db.closeIndex(), db.files.close(), db.lock.Close())
+	err = errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
+		ioErr(db.files.close(), "close segments"), ioErr(db.lock.Close(), "release lock"))
 	return err
 }
 
@@ -436,13 +480,13 @@ func (db *DB) closeIndex() (err error) {
 			panic(r)
 		}
 	}()
-	return db.index.Close()
+	return ioErr(db.index.Close(), "close index")
 }
 
 // settleLoop settles when the journal grows past SettleBytes or
 // SettleInterval passes with writes outstanding.
 func (db *DB) settleLoop() {
-	defer db.bg.Done()
+	defer db.settler.Done()
 	t := time.NewTicker(db.opts.SettleInterval)
 	defer t.Stop()
 	for {

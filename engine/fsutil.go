@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"github.com/anchordb/anchordb/internal/errs"
 	"io"
 	"io/fs"
 	"os"
@@ -51,4 +52,13 @@ func mkdirAllSynced(fs vfs.FS, dir string) error {
 		}
 	}
 	return nil
+}
+
+// ioErr wraps an I/O error (nil stays nil) as IO_001 unless it already
+// carries a code.
+func ioErr(err error, what string) error {
+	if err == nil || errs.CodeOf(err) != "" {
+		return err
+	}
+	return errs.Wrap(errs.CodeWriteFailed, err, "%s", what)
 }

@@ -404,6 +404,9 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 	if err != nil {
 		return Receipt{}, err
 	}
+	if err := db.checkActiveSegment(a); err != nil {
+		return Receipt{}, err
+	}
 	if d := a.damaged(); d != nil {
 		return Receipt{}, d
 	}
@@ -510,6 +513,9 @@ func (g *group) prepareVerbatim(rec segment.Record, u *requestUndo) (Receipt, er
 	if err != nil {
 		return Receipt{}, err
 	}
+	if err := db.checkActiveSegment(a); err != nil {
+		return Receipt{}, err
+	}
 	if d := a.damaged(); d != nil {
 		return Receipt{}, d
 	}
@@ -556,6 +562,44 @@ func (g *group) prepareVerbatim(rec segment.Record, u *requestUndo) (Receipt, er
 	// computes is the one just checked.
 	g.place(p, &rec, fp, ik, u)
 	return Receipt{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash}, nil
+}
+
+// checkActiveSegment runs once per anchor per session, before the first
+// append to it: its active segment file must be exactly as long as the index
+// says. An index ahead of the file (restored from a backup, or a file cut
+// short) would otherwise have the append written past a hole; an index
+// behind it would overwrite records. Either is damage: reported, and the
+// anchor made read-only.
+func (db *DB) checkActiveSegment(a *anchor) error {
+	if a.activeChecked {
+		return nil
+	}
+	a.activeChecked = true
+	if a.segno == 0 || a.segSize == 0 {
+		return nil // nothing written yet, or the next segment is not created
+	}
+	a.wmu.Lock()
+	pending := len(a.wbuf.buf) > 0
+	a.wmu.Unlock()
+	if pending {
+		return nil // this session already wrote to it
+	}
+	path := db.segmentPath(a, a.segno)
+	st, err := db.fs.Stat(path)
+	size := int64(-1)
+	if err == nil {
+		size = st.Size()
+	} else if !oserrorIsNotExist(err) {
+		a.activeChecked = false
+		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
+	if size == a.segSize {
+		return nil
+	}
+	e := errs.New(errs.CodeIndexMismatch, "segment %s is %d bytes; the index has records up to byte %d", path, size, a.segSize)
+	e.File, e.Offset = path, max(size, 0)
+	db.markDamaged(a, e)
+	return a.damaged()
 }
 
 // seal ends the active segment with its footer; the next record starts a

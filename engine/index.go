@@ -13,24 +13,38 @@ import (
 // the call into Pebble and turns into IO_001, instead of os.Exit.
 type pebbleFatal string
 
-type pebbleLogger struct{ l Logger }
+type pebbleLogger struct {
+	l  Logger
+	db *DB // marked failed on a fatal error, so writes stop at once
+}
 
 func (pebbleLogger) Infof(string, ...any) {}
 
 func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Errorf("index: "+format, args...) }
 
-func (pebbleLogger) Fatalf(format string, args ...any) {
-	panic(pebbleFatal(fmt.Sprintf(format, args...)))
+// Fatalf is Pebble's fatal path. On the goroutines that call into Pebble
+// the panic is recovered and becomes IO_001. On Pebble's own background
+// goroutines (a MANIFEST write failing during a flush) nothing can recover
+// it and the process ends, as with Pebble's default logger; the database is
+// marked failed first, and the next Open recovers from the journal.
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if p.db != nil {
+		_ = p.db.fail(errs.New(errs.CodeWriteFailed, "index: %s", msg))
+		if h := p.db.fatalHook; h != nil {
+			h(msg)
+		}
+	}
+	panic(pebbleFatal(msg))
 }
 
 func (db *DB) openIndex() (err error) {
 	defer func() {
+		// Pebble panics on its own when a directory fsync fails while it
+		// opens (atomicfs markers); any panic here is an I/O failure of the
+		// index, not a reason to take the process down.
 		if r := recover(); r != nil {
-			pf, ok := r.(pebbleFatal)
-			if !ok {
-				panic(r)
-			}
-			err = errs.New(errs.CodeWriteFailed, "open index: %s", string(pf))
+			err = errs.New(errs.CodeWriteFailed, "open index: %v", r)
 		}
 	}()
 	cache := pebble.NewCache(64 << 20)
@@ -38,7 +52,7 @@ func (db *DB) openIndex() (err error) {
 	po := &pebble.Options{
 		FS:     db.fs,
 		Cache:  cache,
-		Logger: pebbleLogger{db.opts.Logger},
+		Logger: pebbleLogger{l: db.opts.Logger, db: db},
 		// A large memtable keeps flushes (which, with no WAL, are what make
 		// index rows durable) rare on the append path; settles flush anyway.
 		MemTableSize:                64 << 20,
@@ -65,7 +79,7 @@ func (db *DB) openIndex() (err error) {
 	if db.opts.PebbleOptions != nil {
 		db.opts.PebbleOptions(po)
 	}
-	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{db.opts.Logger}, true
+	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
 	db.pebbleOpts = po
 	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
 	if err != nil {

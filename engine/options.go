@@ -61,6 +61,9 @@ type Options struct {
 	// Logger receives recovery reports and background errors. Default: none.
 	Logger Logger
 
+	// fatalHook is for tests: see DB.fatalHook.
+	fatalHook func(msg string)
+
 	// rebuildFromSnapshot makes a rebuild of a missing index start from the
 	// newest snapshot (set by RebuildIndex).
 	rebuildFromSnapshot bool

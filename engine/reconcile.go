@@ -136,7 +136,12 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		last := segs[len(segs)-1]
 		size, hdr, herr := rc.readHeader(last.path)
 		var fe *segment.FrameError
-		if herr == nil || !errors.As(herr, &fe) || fe.Kind != segment.Torn {
+		if herr != nil && !errors.As(herr, &fe) {
+			// Not a finding about the bytes: an I/O failure. Recovery must
+			// stop (and run again next time), never decide on a guess.
+			return herr
+		}
+		if herr == nil || fe.Kind != segment.Torn {
 			if herr == nil && segment.AnchorPathID(hdr.Anchor) != pathID {
 				return rc.orphan(last.path, fmt.Sprintf("header names anchor %q, which belongs elsewhere", hdr.Anchor))
 			}
@@ -159,9 +164,14 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 	// Name the anchor from the first segment whose header reads.
 	var id string
 	for _, s := range segs {
-		if _, h, err := rc.readHeader(s.path); err == nil {
+		_, h, err := rc.readHeader(s.path)
+		if err == nil {
 			id = h.Anchor
 			break
+		}
+		var fe *segment.FrameError
+		if !errors.As(err, &fe) {
+			return err
 		}
 	}
 	if id == "" {
@@ -288,6 +298,19 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile, stubs map[uint6
 			return err
 		}
 	}
+	if st.segno != 0 {
+		// A crash cannot tear a sealed segment (a seal is fsynced before
+		// the next segment gets a byte), so a sealed segment that no longer
+		// checks is damage: look at every seal, cheaply (header and footer).
+		if err := rc.checkSeals(a, segs[:startIdx]); err != nil {
+			var e *errs.Error
+			if errors.As(err, &e) && e.Code != errs.CodeWriteFailed {
+				db.markDamaged(a, e)
+				return nil
+			}
+			return err
+		}
+	}
 	adopted := uint64(0)
 	for i := startIdx; i < len(segs); i++ {
 		s := segs[i]
@@ -328,6 +351,37 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile, stubs map[uint6
 		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, st.lastCounter), nil)
 	}
 	a.publish(st, tree)
+	return nil
+}
+
+// checkSeals checks that each of the sealed segments still has its seal and
+// that they link to each other.
+func (rc *reconciler) checkSeals(a *anchor, sealed []segFile) error {
+	db := rc.db
+	var lastSeq uint64
+	var lastHash segment.Hash
+	for i, s := range sealed {
+		f, err := db.fs.Open(s.path)
+		if err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "open %s", s.path)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.path)
+		}
+		h, ft, err := segment.ReadSeal(f, st.Size())
+		f.Close()
+		if err != nil {
+			return frameErr(a.id, s.path, err)
+		}
+		if h.Anchor != a.id || h.Segno != s.segno || (i > 0 && (h.FirstSeq != lastSeq+1 || h.PrevHash != lastHash)) {
+			e := errs.New(errs.CodeChainBroken, "sealed segment %s does not continue segment %d", s.path, s.segno-1)
+			e.File = s.path
+			return e
+		}
+		lastSeq, lastHash = ft.LastSeq, ft.LastHash
+	}
 	return nil
 }
 

@@ -69,6 +69,9 @@ const (
 	// stub and its removal was finished (or undone); the file named is the
 	// one removed.
 	EventTruncationFinished = "truncation_finished"
+	// EventStaleIndex: the index said it was closed cleanly but is older
+	// than the journal; recovery ran anyway.
+	EventStaleIndex = "stale_index"
 )
 
 func (e RecoveryEvent) String() string {
@@ -106,6 +109,8 @@ type RecoveryReport struct {
 
 // RecoveryReport returns what Open's recovery found and did.
 func (db *DB) RecoveryReport() RecoveryReport {
+	db.recoveryMu.Lock()
+	defer db.recoveryMu.Unlock()
 	r := db.recovery
 	r.Events = slices.Clone(r.Events)
 	return r
@@ -116,7 +121,9 @@ func (db *DB) RecoveryReport() RecoveryReport {
 const LostAndFound = "lost+found"
 
 func (db *DB) event(ev RecoveryEvent) {
+	db.recoveryMu.Lock()
 	db.recovery.Events = append(db.recovery.Events, ev)
+	db.recoveryMu.Unlock()
 }
 
 // recover runs the three steps of recovery.

@@ -252,7 +252,7 @@ func (db *DB) firstPresent(anchor string) (uint64, error) {
 			return row.seq, nil
 		}
 	}
-	return 1, it.Error()
+	return 1, ioErr(it.Error(), "read index")
 }
 
 // replayBase picks the newest snapshot other than path whose frontier lies
@@ -283,7 +283,7 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.
 	var tag [8]byte
 	_, _ = rand.Read(tag[:])
 	dir := db.fs.PathJoin(db.dir, "tmp", "replay-"+hex.EncodeToString(tag[:]))
-	scratch, err := pebble.Open(dir, &pebble.Options{FS: db.fs, DisableWAL: true, Logger: pebbleLogger{db.opts.Logger}})
+	scratch, err := pebble.Open(dir, &pebble.Options{FS: db.fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
 	if err != nil {
 		return 0, segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "open replay store")
 	}

@@ -71,7 +71,7 @@ func (db *DB) anchorIDs() ([]string, error) {
 	for ok := it.First(); ok; ok = it.Next() {
 		ids = append(ids, string(it.Key()[1:]))
 	}
-	return ids, it.Error()
+	return ids, ioErr(it.Error(), "read index")
 }
 
 // Stats describes the database.

@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Some tests run their body in a child process: the same test binary,
+// re-executed with an environment variable naming what to run. A failure
+// that kills the process — a panic on a goroutine the engine does not own
+// (Pebble's flushes and compactions), an os.Exit — then fails the one
+// iteration that caused it, with its output, instead of the whole test
+// binary; the parent carries on from the next iteration.
+
+// loopEnv names, in a child, the loop to run: "id,start,step".
+const loopEnv = "ANCHORDB_TEST_LOOP"
+
+// A loop runs iterations i = start, start+step, … until one reports done.
+type loopFunc func(t *testing.T, i int) (done bool)
+
+// maxLoopFailures bounds the failed iterations of one loop; past it the loop
+// stops. Failures with the same signature are reported once.
+var maxLoopFailures = envInt("ANCHORDB_MAX_LOOP_FAILURES", 60)
+
+// childLoop reports whether this process is a child running a loop of the
+// test, and if so runs it (build makes the loop for an id).
+func childLoop(t *testing.T, build func(t *testing.T, id string) loopFunc) bool {
+	spec := os.Getenv(loopEnv)
+	if spec == "" {
+		return false
+	}
+	parts := strings.Split(spec, ",")
+	if len(parts) != 3 {
+		t.Fatalf("bad %s=%q", loopEnv, spec)
+	}
+	id := parts[0]
+	start, err1 := strconv.Atoi(parts[1])
+	step, err2 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil || step < 1 {
+		t.Fatalf("bad %s=%q", loopEnv, spec)
+	}
+	loop := build(t, id)
+	for i := start; i < 100000; i += step {
+		fmt.Printf("@@loop start %d\n", i)
+		var done, panicked bool
+		ok := t.Run(fmt.Sprintf("op%d", i), func(t *testing.T) {
+			defer func() {
+				if r := recover(); r != nil {
+					panicked = true
+					t.Errorf("panic: %v\n%s", r, debug.Stack())
+				}
+			}()
+			done = loop(t, i)
+		})
+		fmt.Printf("@@loop end %d %v\n", i, ok)
+		if panicked {
+			// Whatever panicked may have left goroutines behind that fail
+			// later (Pebble's, after a panic in its Open): go on in a
+			// fresh process.
+			fmt.Printf("@@loop restart %d\n", i+step)
+			os.Exit(3)
+		}
+		if done {
+			fmt.Printf("@@loop finished %d\n", i)
+			return true
+		}
+	}
+	fmt.Printf("@@loop finished never\n")
+	return true
+}
+
+// superviseLoop runs loop id of the top-level test top in child processes,
+// restarting after a crash from the next iteration. Every failed or crashed
+// iteration fails the test; each distinct failure is reported once, with the
+// iterations that had it and the output of the first.
+func superviseLoop(t *testing.T, top, id string, start, step int) {
+	t.Helper()
+	began, first := time.Now(), start
+	type failure struct {
+		ops    []string
+		first  string
+		how    string
+		output string
+	}
+	var sigs []string
+	bySig := map[string]*failure{}
+	failed := 0
+	fail := func(i int, how, output string) {
+		failed++
+		sig := failureSignature(output)
+		f := bySig[sig]
+		if f == nil {
+			f = &failure{first: fmt.Sprintf("op%d", i), how: how, output: output}
+			bySig[sig] = f
+			sigs = append(sigs, sig)
+		}
+		f.ops = append(f.ops, fmt.Sprintf("op%d", i))
+	}
+	defer func() {
+		for _, sig := range sigs {
+			f := bySig[sig]
+			t.Errorf("%s: %d iterations failed with %q (%s)\nfirst, %s %s:\n%s",
+				id, len(f.ops), sig, strings.Join(f.ops, " "), f.first, f.how, clip(f.output, 150))
+		}
+	}()
+	for failed < maxLoopFailures {
+		args := []string{"-test.run=^" + top + "$", "-test.v", "-test.timeout=10m"}
+		if testing.Short() {
+			args = append(args, "-test.short")
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", loopEnv, id, start, step))
+		out, runErr := cmd.CombinedOutput()
+		cur, lastDone, restart := -1, -1, -1
+		var segment bytes.Buffer
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "@@loop start "):
+				cur, _ = strconv.Atoi(strings.TrimPrefix(line, "@@loop start "))
+				segment.Reset()
+			case strings.HasPrefix(line, "@@loop end "):
+				f := strings.Fields(strings.TrimPrefix(line, "@@loop end "))
+				i, _ := strconv.Atoi(f[0])
+				lastDone = i
+				if len(f) > 1 && f[1] == "false" {
+					fail(i, "failed", segment.String())
+				}
+				cur = -1
+			case strings.HasPrefix(line, "@@loop restart "):
+				restart, _ = strconv.Atoi(strings.TrimPrefix(line, "@@loop restart "))
+			case strings.HasPrefix(line, "@@loop finished "):
+				t.Logf("%s: iterations op%d..op%s (step %d) in %v", id, first, strings.TrimPrefix(line, "@@loop finished "), step, time.Since(began).Round(time.Millisecond))
+				return
+			default:
+				if cur >= 0 {
+					segment.WriteString(line)
+					segment.WriteByte('\n')
+				}
+			}
+		}
+		if restart >= 0 {
+			start = restart
+			continue
+		}
+		if cur < 0 {
+			t.Fatalf("%s: the child process ended outside any iteration (%v; last finished op%d):\n%s", id, runErr, lastDone, clip(string(out), 80))
+		}
+		if verifyFatalStates(t, segment.String()) {
+			t.Logf("%s: op%d: Pebble's fatal path ended the process; the states a restart and a power loss would find recover", id, cur)
+		} else {
+			fail(cur, fmt.Sprintf("killed the test process (%v): a panic outside the test goroutine, or an exit", runErr), segment.String())
+		}
+		start = cur + step
+	}
+	t.Errorf("%s: stopped after %d failed iterations", id, failed)
+}
+
+var (
+	sigDigits = regexp.MustCompile(`[0-9]+|0x[0-9a-f]+`)
+	sigLine   = regexp.MustCompile(`^\s*(panic: .*|[a-z_]+_test\.go:[0-9]+: .*)$`)
+)
+
+// failureSignature is the first panic or failure line of an iteration's
+// output with every number taken out, so the same bug at another index
+// compares equal.
+func failureSignature(output string) string {
+	for _, line := range strings.Split(output, "\n") {
+		if m := sigLine.FindStringSubmatch(line); m != nil && !strings.Contains(line, ": info: ") {
+			s := sigDigits.ReplaceAllString(m[1], "#")
+			if len(s) > 120 {
+				s = s[:120]
+			}
+			return s
+		}
+	}
+	return "unknown"
+}
+
+// clip keeps the first n lines of s.
+func clip(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	if len(lines) <= n {
+		return s
+	}
+	return strings.Join(lines[:n], "") + fmt.Sprintf("… (%d more lines)\n", len(lines)-n)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
