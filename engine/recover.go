@@ -219,6 +219,12 @@ func (db *DB) replayAnchor(id string, rows []journalRecord) error {
 	// missing too.
 	if first := rows[0]; first.Segno > 1 && first.Offset == int64(segment.HeaderSize(id)) {
 		if err := db.restorePreviousSeal(a, first.Segno-1, first.Rec.Seq-1, first.Rec.PrevHash); err != nil {
+			if errors.Is(err, errJournalHole) {
+				db.event(RecoveryEvent{Kind: EventJournalEnd, Anchor: id,
+					Err: errs.New(errs.CodeChainBroken, "the journal lost records of anchor %q before seq %d; %d later records cannot link and are dropped",
+						id, first.Rec.Seq, len(rows))})
+				return nil
+			}
 			var e *errs.Error
 			if errors.As(err, &e) && e.Code != errs.CodeWriteFailed {
 				db.markDamaged(a, e)
@@ -377,9 +383,7 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 	f, err := db.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		if oserrorIsNotExist(err) {
-			e := errs.New(errs.CodeChainBroken, "segment %s is missing and held settled records up to seq %d", path, lastSeq)
-			e.File, e.Seq = path, lastSeq
-			return e
+			return db.sealHole(a, path, 0, lastSeq)
 		}
 		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 	}
@@ -400,6 +404,9 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 			return frameErr(a.id, path, err)
 		}
 	}
+	if sc.NextSeq() <= lastSeq {
+		return db.sealHole(a, path, sc.NextSeq()-1, lastSeq)
+	}
 	if sc.NextSeq() != lastSeq+1 || sc.HeadHash() != lastHash {
 		e := errs.New(errs.CodeChainBroken, "segment %s ends at seq %d; the next segment starts after seq %d", path, sc.NextSeq()-1, lastSeq)
 		e.File, e.Seq, e.Offset = path, lastSeq, sc.Offset()
@@ -407,6 +414,19 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 	}
 	last := segment.Record{Seq: lastSeq, Hash: lastHash}
 	return db.restoreSealAfter(a, f, path, sc.Offset(), last)
+}
+
+// sealHole decides what a previous segment that ends (at seq have) before
+// the record the journal's next segment links to (seq want) means: damage
+// if the index vouches for the missing records, else a hole the journal
+// itself left (NoSync, power loss), whose later frames cannot link.
+func (db *DB) sealHole(a *anchor, path string, have, want uint64) error {
+	if a.snapshot().head > have {
+		e := errs.New(errs.CodeChainBroken, "segment %s ends at seq %d; the index has records up to seq %d", path, have, a.snapshot().head)
+		e.File, e.Seq = path, have+1
+		return e
+	}
+	return errJournalHole
 }
 
 // restoreSealAfter makes sure the segment ends with its seal right after its
