@@ -52,6 +52,11 @@ func warmAnchors(tb testing.TB, db *engine.DB, anchors []string) {
 	if _, err := db.AppendBatch(context.Background(), entries); err != nil {
 		tb.Fatalf("warm anchors: %v", err)
 	}
+	// Segment bytes are buffered: settle so the directories and files exist
+	// before the timer starts.
+	if err := db.Sync(); err != nil {
+		tb.Fatalf("warm anchors: sync: %v", err)
+	}
 }
 
 // appendSync: writers goroutines each Put one record at a time with the
