@@ -422,7 +422,14 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 		}
 		rec := fr.Record
 		stub.Hashes = append(stub.Hashes, rec.Hash)
+		stub.Counters = append(stub.Counters, rec.Counter)
 		stub.LastCounter = rec.Counter
+		// A key once used is never freed (SPEC §7): the stub keeps it so a
+		// rebuilt index still answers retries.
+		if len(rec.IdempotencyKey) > 0 {
+			stub.Idem = append(stub.Idem, segment.StubIdem{Seq: rec.Seq, Counter: rec.Counter,
+				Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value), Key: bytes.Clone(rec.IdempotencyKey)})
+		}
 		// The record's row stays (its hash is a Merkle leaf) but says the
 		// bytes are gone.
 		se := seqEntry{Segno: segno, Offset: fr.Offset, Size: 0, Counter: rec.Counter, Hash: rec.Hash}
@@ -437,6 +444,8 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 				}
 				_ = b.Set(vk, ve.encode(scratch[:0]), nil)
 				_ = b.Set(retainedKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
+				// The stub keeps it too, so a rebuilt index has it.
+				stub.Kept = append(stub.Kept, rec.Clone())
 			} else {
 				// History before the cut goes with the log.
 				_ = b.Delete(vk, nil)
@@ -476,4 +485,31 @@ func frameErr(anchor, path string, err error) error {
 		return fe.AsError(anchor, path)
 	}
 	return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+}
+
+// stubRows emits the index rows a stub carries beyond its hashes: the
+// idempotency keys of its records ('i') and, for each record kept as its
+// key's newest version, its version ('k') and frame ('r'), exactly as
+// truncateSegment left them. Kind names the table of each row.
+func stubRows(stub *segment.Stub, emit func(kind byte, k, v []byte)) {
+	for _, e := range stub.Idem {
+		ie := idemEntry{Seq: e.Seq, Counter: e.Counter, Hash: stub.HashAt(e.Seq), Fingerprint: e.Fingerprint}
+		emit(tagIdem, idemKey(stub.Anchor, e.Key), ie.encode(nil))
+	}
+	for i := range stub.Kept {
+		keptRows(stub.Segno, &stub.Kept[i], emit)
+	}
+}
+
+// keptRows emits the 'k' and 'r' rows of a record a stub kept.
+func keptRows(segno uint64, rec *segment.Record, emit func(kind byte, k, v []byte)) {
+	if !rec.IsKV() {
+		return
+	}
+	ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Inline: true, Value: rec.Value}
+	if rec.Type == segment.TypeDelete {
+		ve.Type, ve.Inline, ve.Value = verDelete, false, nil
+	}
+	emit(tagKey, versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil))
+	emit(tagRetain, retainedKey(rec.Anchor, rec.Seq), segment.AppendFrame(nil, rec))
 }

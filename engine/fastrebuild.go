@@ -9,12 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"runtime"
 	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -151,6 +153,20 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 	}
 
+	// Records a compaction truncated are not in segments to defer to: their
+	// state comes from the stubs' kept records instead.
+	firstPresent := map[string]uint64{}
+	for _, ra := range anchors {
+		if len(ra.stubs) == 0 || len(ra.segs) == 0 {
+			continue
+		}
+		first, err := segmentFirstSeq(db.fs, ra.segs[0].path)
+		if err != nil {
+			return abandon("%v", err)
+		}
+		firstPresent[ra.id] = first
+	}
+
 	var tag [8]byte
 	_, _ = rand.Read(tag[:])
 	tmp := db.fs.PathJoin(db.dir, "tmp", "rebuild-"+hex.EncodeToString(tag[:]))
@@ -164,6 +180,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	// The state at the frontier goes to the k table while the anchors are
 	// read. Its rows do not say where their records are (segno 0): reads
 	// find that in the records' s rows.
+	inSnapTruncated := map[anchorSeq]bool{} // written by the k goroutine, read after kDone
 	kDone := make(chan error, 1)
 	go func() {
 		var err error
@@ -173,6 +190,11 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 				break
 			}
 			v := e.Version
+			if v.Seq < firstPresent[v.Anchor] {
+				// Truncated: its row comes from the stub that kept it.
+				inSnapTruncated[anchorSeq{v.Anchor, v.Seq}] = true
+				continue
+			}
 			ve := versionEntry{Type: verPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash}
 			if len(e.Value) <= db.opts.InlineValueMax {
 				ve.Inline, ve.Value = true, e.Value
@@ -224,7 +246,13 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	}()
 	tail := db.index.NewBatch()
 	defer func() { _ = tail.Close() }()
+	hist := make(map[string]uint64, len(front))
+	for id, p := range front {
+		hist[id] = p.Seq
+	}
+	_ = tail.Set(metaKey(metaHistoryFrom), encodeHistoryFrom(hist), nil)
 	var clock, records uint64
+	var kept []keptRecord
 	for i, ra := range anchors {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -252,6 +280,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		for _, row := range r.out.k {
 			_ = tail.Set(row.k, row.v, nil)
 		}
+		kept = append(kept, r.out.kept...)
 		meta := anchorMeta{ActiveSegno: r.out.st.segno, ActiveFirstSeq: r.out.st.segFirst}
 		if err := aW.set(anchorKey(ra.id), meta.encode(nil)); err != nil {
 			return err
@@ -271,6 +300,19 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			return abandon("snapshot %s: %v", info.Path, err)
 		}
 		return err
+	}
+	matched := 0
+	for i := range kept {
+		k := &kept[i]
+		if inSnapTruncated[anchorSeq{k.rec.Anchor, k.rec.Seq}] {
+			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = tail.Set(key, v, nil) })
+			matched++
+		}
+	}
+	if matched != len(inSnapTruncated) {
+		// A truncated record in the snapshot's state that no stub kept:
+		// compaction keeps every newest version, so something is off.
+		return abandon("%d records of the snapshot's state are truncated and kept by no stub", len(inSnapTruncated)-matched)
 	}
 	var paths []string
 	for _, t := range []*tableWriter{aW, iW, kW, nW, sW} {
@@ -296,7 +338,14 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 type rebuiltAnchor struct {
 	st         anchorHead
 	s, i, n, k []kv // k: versions of the tail, for a batch
+	kept       []keptRecord
 	records    uint64
+}
+
+// keptRecord is a record a stub kept, with the segment it was removed from.
+type keptRecord struct {
+	segno uint64
+	rec   segment.Record
 }
 
 // rebuildAnchors lists every anchor directory with its segments and stubs,
@@ -407,15 +456,22 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64) (rebuiltAnchor, error) 
 			return out, fmt.Errorf("%w: stub %s does not continue the chain", errFastPathAbandoned, path)
 		}
 		for i, h := range stub.Hashes {
-			rec := segment.Record{Seq: stub.FirstSeq + uint64(i), Hash: h}
-			if i == len(stub.Hashes)-1 {
-				rec.Counter = stub.LastCounter
-			}
+			rec := segment.Record{Seq: stub.FirstSeq + uint64(i), Hash: h, Counter: stub.Counters[i]}
 			se := seqEntry{Segno: segno, Hash: h, Counter: rec.Counter}
 			out.s = append(out.s, kv{seqKey(ra.id, rec.Seq), se.encode(nil)})
 			leaf := segment.LeafHash(h)
 			_ = tree.Append(leaf[:], visit)
 			st.head, st.headHash, st.lastCounter = rec.Seq, h, rec.Counter
+		}
+		// Idempotency keys go to the sorted i table. Kept records wait for
+		// the snapshot: only those still in its state are indexed (one that
+		// a record up to the frontier superseded is history, not rebuilt).
+		for _, e := range stub.Idem {
+			ie := idemEntry{Seq: e.Seq, Counter: e.Counter, Hash: stub.HashAt(e.Seq), Fingerprint: e.Fingerprint}
+			idems = append(idems, kv{idemKey(ra.id, e.Key), ie.encode(nil)})
+		}
+		for _, rec := range stub.Kept {
+			out.kept = append(out.kept, keptRecord{segno: segno, rec: rec})
 		}
 	}
 	for i, sf := range ra.segs {
@@ -492,4 +548,61 @@ func readWhole(fs vfs.FS, path string) ([]byte, error) {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
 	}
 	return buf, nil
+}
+
+// metaHistoryFrom names the index row a rebuild from a snapshot leaves: per
+// anchor, the seq up to which its history was not rebuilt (the snapshot's
+// frontier). Below it the index has the snapshot's state, not every version.
+const metaHistoryFrom = "history_from"
+
+func encodeHistoryFrom(m map[string]uint64) []byte {
+	ids := slices.Sorted(maps.Keys(m))
+	var b []byte
+	for _, id := range ids {
+		b = append(b, byte(len(id)))
+		b = append(b, id...)
+		b = be.AppendUint64(b, m[id])
+	}
+	return b
+}
+
+// loadHistoryFrom reads the metaHistoryFrom row; none means every version is
+// indexed.
+func loadHistoryFrom(r pebble.Reader) (map[string]uint64, error) {
+	v, closer, err := r.Get(metaKey(metaHistoryFrom))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	defer closer.Close()
+	out := map[string]uint64{}
+	for len(v) > 0 {
+		n := int(v[0])
+		if len(v) < 1+n+8 {
+			return nil, errs.New(errs.CodeIndexMismatch, "malformed %s row", metaHistoryFrom)
+		}
+		out[string(v[1:1+n])] = be.Uint64(v[1+n:])
+		v = v[1+n+8:]
+	}
+	return out, nil
+}
+
+// segmentFirstSeq reads the first seq from a segment's header.
+func segmentFirstSeq(fs vfs.FS, path string) (uint64, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return 0, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
+	sc, err := segment.NewScanner(f, info.Size())
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %v", errFastPathAbandoned, path, err)
+	}
+	return sc.Header.FirstSeq, nil
 }

@@ -5,103 +5,28 @@ import (
 	"errors"
 
 	"github.com/anchordb/anchordb/internal/errs"
-	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Rebuilding the index.
 //
 // The index is a projection of the segments, so a lost index is rebuilt by
-// adopting every record on disk (reconcile.go). One thing is not in the
-// segments after compaction truncated a log: the values of keys last written
-// below the cut. Those come from the newest snapshot that covers every cut
-// and verifies; a snapshot that fails to verify is reported (INT_003) and the
-// next older one tried.
+// adopting every record on disk (reconcile.go). After compaction truncated a
+// log, the removed segments' stubs carry what the index still needs of their
+// records: hashes and counters, idempotency keys, and the whole records that
+// were their key's newest version (so a delete below the cut stays a delete).
 
 // Recovery event kinds of a rebuild.
 const (
-	// EventStateFromSnapshot: the state below truncation cuts was restored
-	// from the named snapshot.
+	// EventStateFromSnapshot: a rebuild from a snapshot took the state at
+	// its frontier from the named snapshot.
 	EventStateFromSnapshot = "state_from_snapshot"
 	// EventSnapshotSkipped: a snapshot failed to verify and was not used.
 	EventSnapshotSkipped = "snapshot_skipped"
-	// EventStateIncomplete: no snapshot covers a truncation cut; keys last
-	// written below it are missing from the state.
-	EventStateIncomplete = "state_incomplete"
 	// EventFastRebuildAbandoned: a rebuild from a snapshot met something only
 	// a full replay handles, and fell back to it.
 	EventFastRebuildAbandoned = "fast_rebuild_abandoned"
 )
-
-// restoreTruncatedState writes the versions of keys whose newest record was
-// truncated (seq <= cut[anchor]) from the newest snapshot covering the cuts.
-func (db *DB) restoreTruncatedState(cut map[string]uint64) error {
-	list, err := snapshot.List(db.fs, db.SnapshotsDir())
-	if err != nil {
-		return err
-	}
-	var use *snapshot.Info
-	for i := len(list) - 1; i >= 0 && use == nil; i-- {
-		s := list[i]
-		if s.Err != nil {
-			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: s.Path, Err: asErr(s.Err)})
-			continue
-		}
-		covers := true
-		for a, c := range cut {
-			if s.Frontier[a].Seq < c {
-				covers = false
-				break
-			}
-		}
-		if !covers {
-			continue
-		}
-		v, err := snapshot.Verify(db.fs, s.Path)
-		if err != nil {
-			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: s.Path, Err: asErr(err)})
-			continue
-		}
-		use = &v
-	}
-	if use == nil {
-		e := errs.New(errs.CodeSnapshotCorrupted, "no snapshot that verifies covers the truncated logs; keys last written below the cuts are missing")
-		db.event(RecoveryEvent{Kind: EventStateIncomplete, Err: e})
-		return nil
-	}
-	s, err := snapshot.Open(db.fs, use.Path)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	b := db.index.NewBatch()
-	defer func() { _ = b.Close() }()
-	var n uint64
-	for e, err := range s.Entries() {
-		if err != nil {
-			return err
-		}
-		v := e.Version
-		if c, ok := cut[v.Anchor]; !ok || v.Seq > c {
-			continue // the record is in a segment and was adopted with it
-		}
-		ve := versionEntry{Type: verPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash, Inline: true, Value: e.Value}
-		_ = b.Set(versionKey(e.Key, v.Counter, v.Anchor), ve.encode(nil), nil)
-		n++
-		if b.Len() > 16<<20 {
-			if err := db.applyBatch(b); err != nil {
-				return err
-			}
-			_ = b.Close()
-			b = db.index.NewBatch()
-		}
-	}
-	if err := db.applyBatch(b); err != nil {
-		return err
-	}
-	db.event(RecoveryEvent{Kind: EventStateFromSnapshot, File: use.Path, Records: n})
-	return db.flushIndex()
-}
 
 func asErr(err error) *errs.Error {
 	var e *errs.Error

@@ -66,9 +66,6 @@ func (db *DB) reconcileAll() error {
 	if err := rc.flush(true); err != nil {
 		return err
 	}
-	if len(rc.truncated) > 0 {
-		return db.restoreTruncatedState(rc.truncated)
-	}
 	return nil
 }
 
@@ -426,15 +423,13 @@ func (rc *reconciler) adoptStubs(a *anchor, st *anchorHead, tree *compact.Range,
 			return e
 		}
 		for i, h := range stub.Hashes {
-			se := seqEntry{Segno: segno, Hash: h}
-			if i == len(stub.Hashes)-1 {
-				se.Counter = stub.LastCounter
-			}
+			se := seqEntry{Segno: segno, Hash: h, Counter: stub.Counters[i]}
 			rc.scratch = se.encode(rc.scratch[:0])
 			_ = rc.batch.Set(seqKey(a.id, stub.FirstSeq+uint64(i)), rc.scratch, nil)
 			leaf := segment.LeafHash(h)
 			_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
 		}
+		stubRows(&stub, func(_ byte, k, v []byte) { _ = rc.batch.Set(k, v, nil) })
 		st.head, st.headHash, st.lastCounter = stub.LastSeq(), stub.LastHash(), stub.LastCounter
 		st.segno, st.segFirst, st.segSize, st.segCount = segno+1, st.head+1, 0, 0
 		rc.truncated[a.id] = st.head

@@ -162,6 +162,8 @@ type verifier struct {
 
 	kActual  map[string]*rowDigest // 'k' rows found, per anchor (k pass)
 	retained []retainedRow         // 'k' rows kept for truncated records
+	deferred []retainedRow         // 'k' rows a rebuild from a snapshot wrote
+	histFrom map[string]uint64     // per anchor: history up to here came from a snapshot
 
 	mu       sync.Mutex
 	findings []Finding
@@ -253,6 +255,9 @@ func (v *verifier) prepare() error {
 	if err := it.Close(); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "read anchors")
 	}
+	if v.histFrom, err = loadHistoryFrom(v.snap); err != nil {
+		return err
+	}
 	if v.stored, err = db.Checkpoints(v.ctx); err != nil {
 		return err
 	}
@@ -335,6 +340,9 @@ func (v *verifier) run() error {
 	}
 	if !v.halted() {
 		v.guard(v.checkRetained)
+	}
+	if !v.halted() {
+		v.guard(v.checkDeferred)
 	}
 	if !v.halted() && !v.restricted {
 		v.guard(v.unknownDirectories)

@@ -69,6 +69,9 @@ func (c *anchorCheck) expectRows(rec *segment.Record, offset int64, size int) er
 		}
 		switch {
 		case len(k) == 0:
+		case k[0] == tagKey && rec.Seq <= c.v.histFrom[c.id]:
+			// A rebuild from a snapshot wrote the state at its frontier,
+			// not the history below it: checkDeferred checks what it wrote.
 		case k[0] == tagSeq:
 			c.checkSeqRow(rec, offset, k, val)
 		case k[0] == tagKey && !c.exactRows:
@@ -186,8 +189,12 @@ func (v *verifier) keyRowPass() {
 			}
 			continue
 		}
-		if retainedVersion(it.Value()) {
+		switch versionKind(it.Value()) {
+		case versionRetained:
 			v.retained = append(v.retained, retainedRow{anchor: string(anchor), key: slices.Clone(k), value: slices.Clone(it.Value())})
+			continue
+		case versionDeferred:
+			v.deferred = append(v.deferred, retainedRow{anchor: string(anchor), key: slices.Clone(k), value: slices.Clone(it.Value())})
 			continue
 		}
 		d.add(&v.seeds, &buf, k, it.Value())
@@ -268,7 +275,7 @@ func (v *verifier) compareKeyRows() {
 			continue
 		}
 		rows := want[string(anchor)]
-		if rows == nil || retainedVersion(it.Value()) {
+		if rows == nil || versionKind(it.Value()) != versionLocated {
 			continue
 		}
 		v.byID[string(anchor)].matchRow(rows, it.Key(), it.Value())
@@ -460,11 +467,67 @@ func rowSeq(k, v []byte) uint64 {
 	return 0
 }
 
-// retainedVersion reports whether a 'k' row is the kept newest version of a
-// record compaction truncated (its location says size 0).
-func retainedVersion(v []byte) bool {
+// Kinds of 'k' rows, by what their location says.
+const (
+	versionLocated  = iota // segment, offset and size of the record
+	versionRetained        // size 0 in a segment: compaction truncated the record and kept the row
+	versionDeferred        // no segment: a rebuild from a snapshot wrote it; the 's' row says where
+)
+
+func versionKind(v []byte) int {
 	e, err := decodeVersionEntry(v)
-	return err == nil && e.Size == 0
+	switch {
+	case err != nil || e.Size != 0:
+		return versionLocated
+	case e.Segno != 0:
+		return versionRetained
+	}
+	return versionDeferred
+}
+
+// checkDeferred checks the 'k' rows a rebuild from a snapshot wrote for the
+// state at its frontier: each must lie within that frontier and say what the
+// record at its seq says.
+func (v *verifier) checkDeferred() {
+	for _, r := range v.deferred {
+		if v.halted() {
+			return
+		}
+		c := v.byID[r.anchor]
+		if c == nil || !c.complete {
+			continue
+		}
+		ve, _ := decodeVersionEntry(r.value)
+		bad := func(format string, args ...any) {
+			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, "'k' row of seq %d without a location: "+format, append([]any{ve.Seq}, args...)...)
+		}
+		if ve.Seq > v.histFrom[r.anchor] {
+			bad("no rebuild from a snapshot covers it (the rebuilt range ends at seq %d)", v.histFrom[r.anchor])
+			continue
+		}
+		row, ok, err := c.rowAt(ve.Seq)
+		if err != nil {
+			v.fail(err)
+			return
+		}
+		if !ok || row.Size == 0 {
+			bad("its record is not in a segment")
+			continue
+		}
+		fr := v.db.newFrameReader(r.anchor)
+		rec, err := fr.read(ve.Seq, row)
+		fr.close()
+		switch {
+		case err != nil:
+			bad("its record cannot be read: %v", err)
+		case rec.Hash != ve.Hash || rec.Time != ve.Time:
+			bad("it says hash %s; the record has %s", ve.Hash, rec.Hash)
+		case !bytes.Equal(r.key, versionKey(rec.Key, rec.Counter, r.anchor)):
+			bad("its key does not name the record's key and counter")
+		case (rec.Type == segment.TypeDelete) != (ve.Type == verDelete) || (ve.Inline && !bytes.Equal(ve.Value, rec.Value)):
+			bad("it does not say what the record says")
+		}
+	}
 }
 
 // retainedRow is a 'k' row of a truncated record, checked by checkRetained.

@@ -116,7 +116,7 @@ func TestVerifyTruncatedLog(t *testing.T) {
 	it, _ := db.index.NewIter(nil)
 	var k, v []byte
 	for ok := it.First(); ok; ok = it.Next() {
-		if it.Key()[0] == tagKey && retainedVersion(it.Value()) {
+		if it.Key()[0] == tagKey && versionKind(it.Value()) == versionRetained {
 			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
 			break
 		}
