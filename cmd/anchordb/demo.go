@@ -20,22 +20,42 @@ import (
 
 var demoCmd = &command{
 	name:    "demo",
-	summary: "run the main job on a fresh database: concurrent writers, read-back checks, reopen; print a report",
+	summary: "run the main job on a fresh database: concurrent writers, verify, merge, checkpoint, snapshot, compact, rebuild; print a report",
 	detail: `Creates a fresh database (in a temporary directory unless --dir is given; an explicit
---dir must be empty or absent), starts --writers goroutines that each append --records
+--dir must be empty or absent) with small segments (--segment-size, default sized so
+that every anchor seals several), starts --writers goroutines that each append --records
 records (puts, deletes, events, some with idempotency keys that are retried) to anchors
-chosen at random among --anchors, all with sync durability, then checks:
+chosen at random among --anchors, all with sync durability, then checks, in order:
 
-  receipts      every acknowledged receipt is in its anchor's log with the same content
-  chains        seqs are dense, prev_hash links from the genesis hash, hashes recompute,
-                counters increase, heads match
-  merged reads  counters are unique (the Lamport clock), and Get and Scan of every key
-                agree with the last write in merged order (counter, anchor id bytes)
-  reopen        the database closes cleanly and reopens without recovery
+  chains, receipts, merged reads
+                seqs dense, prev_hash links from the genesis hash, hashes recompute,
+                counters increase; every acknowledged receipt is in its log; counters
+                unique, Get and Scan agree with the last write in merged order
+  close, reopen the database closes cleanly and reopens without recovery; the same
+                checks again after the reopen
+  verify        the engine's full verify finds nothing
+  merge         the merged stream at the current frontier holds every record once,
+                positions 1…N, strictly ordered by (counter, anchor id bytes), and its
+                records hash to the merged root
+  checkpoint    a checkpoint signed with a fresh key (kept in the database directory as
+                demo-checkpoint.key/.pub) opens with the verifier key, covers every
+                record, and does not open with another key
+  inclusion proof
+                a record's inclusion proof at the checkpoint's size verifies offline,
+                against the checkpoint's root, and fails with a changed leaf
+  snapshot      a snapshot of the state verifies by replay, and its state hash is the
+                hash of the state the acknowledged writes imply
+  compact       a truncating policy (keep 1 snapshot, raw_log truncate) is applied,
+                a second round of writes, then two more compactions: sealed segments
+                below the kept snapshot are removed; the state, verify, the audit log
+                and the kept snapshots are checked afterwards
+  rebuild       the database is closed and its index rebuilt from the snapshot
+                (rebuild-index --apply --from-snapshot); heads, merged root and state
+                are as before; then reopen, verify and idempotent retries again
 
-and checks the same again after the reopen. Prints a short report (with --json one
-object: {"ok",…,"records_per_sec",…,"checks":[{"name","ok","detail"}]}). Exit 1 if a
-check fails.`,
+Prints a short report (with --json one object: {"ok",…,"records_per_sec",…,
+"merged_records","removed_bytes","rebuild_seconds",…,"checks":[{"name","ok","detail"}]}).
+Exit 1 if a check fails.`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var cfg demoConfig
@@ -43,6 +63,7 @@ check fails.`,
 		fs.IntVar(&cfg.anchors, "anchors", 64, "anchors the writers append to")
 		fs.IntVar(&cfg.records, "records", 500, "records each writer appends")
 		fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary database directory")
+		fs.Int64Var(&cfg.segmentSize, "segment-size", 0, "segment size in bytes (at least 1024; default: sized so every anchor seals several segments)")
 		return func(e *env, _ []string) error { return runDemo(e, cfg) }
 	},
 }
@@ -50,29 +71,58 @@ check fails.`,
 type demoConfig struct {
 	writers, anchors, records int
 	keep                      bool
+	segmentSize               int64
 }
+
+// demoRecordBytes is about the size of one demo record's frame, to size the
+// segments.
+const demoRecordBytes = 140
 
 // demoKeys is the size of the key space the writers share, so that keys are
 // overwritten across anchors and the merged order decides reads.
 const demoKeys = 128
 
 type demoReport struct {
-	OK               bool        `json:"ok"`
-	Dir              string      `json:"dir"`
-	Kept             bool        `json:"kept"`
-	Durability       string      `json:"durability"`
-	Writers          int         `json:"writers"`
-	AnchorsRequested int         `json:"anchors_requested"`
-	RecordsPerWriter int         `json:"records_per_writer"`
-	Anchors          uint64      `json:"anchors"`
-	Records          uint64      `json:"records"`
-	Retries          int         `json:"idempotent_retries"`
-	WriteSeconds     float64     `json:"write_seconds"`
-	RecordsPerSec    float64     `json:"records_per_sec"`
-	Segments         uint64      `json:"segments"`
-	SegmentBytes     int64       `json:"segment_bytes"`
-	IndexBytes       uint64      `json:"index_bytes"`
-	Checks           []demoCheck `json:"checks"`
+	OK               bool    `json:"ok"`
+	Dir              string  `json:"dir"`
+	Kept             bool    `json:"kept"`
+	Durability       string  `json:"durability"`
+	Writers          int     `json:"writers"`
+	AnchorsRequested int     `json:"anchors_requested"`
+	RecordsPerWriter int     `json:"records_per_writer"`
+	Anchors          uint64  `json:"anchors"`
+	Records          uint64  `json:"records"`
+	Written          int     `json:"written"`
+	Retries          int     `json:"idempotent_retries"`
+	WriteSeconds     float64 `json:"write_seconds"`
+	RecordsPerSec    float64 `json:"records_per_sec"`
+	Segments         uint64  `json:"segments"`
+	SegmentBytes     int64   `json:"segment_bytes"`
+	IndexBytes       uint64  `json:"index_bytes"`
+	SegmentSize      int64   `json:"segment_size"`
+
+	MergedRecords      uint64           `json:"merged_records"`
+	MergedRoot         segment.Hash     `json:"merged_root"`
+	MergeRecordsPerSec float64          `json:"merge_records_per_sec"`
+	KeyFile            string           `json:"key_file,omitempty"`
+	Snapshot           string           `json:"snapshot,omitempty"`
+	Policy             string           `json:"policy,omitempty"`
+	SecondRoundRecords int              `json:"second_round_records"`
+	Compactions        []demoCompaction `json:"compactions"`
+	SegmentsRemoved    int              `json:"segments_removed"`
+	RemovedBytes       int64            `json:"removed_bytes"`
+	RebuildSeconds     float64          `json:"rebuild_seconds"`
+
+	Checks []demoCheck `json:"checks"`
+}
+
+// demoCompaction is one applied compaction of the demo.
+type demoCompaction struct {
+	Actions         int    `json:"actions"`
+	Created         string `json:"created,omitempty"`
+	SnapshotsDelete int    `json:"snapshots_deleted"`
+	SegmentsRemoved int    `json:"segments_removed"`
+	RemovedBytes    int64  `json:"removed_bytes"`
 }
 
 type demoCheck struct {
@@ -106,6 +156,13 @@ func runDemo(e *env, cfg demoConfig) error {
 		return usagef("demo", "--records must be 1..10000000")
 	case int64(cfg.writers)*int64(cfg.records) > 50_000_000:
 		return usagef("demo", "--writers × --records must be at most 50,000,000")
+	case cfg.segmentSize != 0 && (cfg.segmentSize < 1<<10 || cfg.segmentSize > 1<<30):
+		return usagef("demo", "--segment-size must be 1024..%d", 1<<30)
+	}
+	if cfg.segmentSize == 0 {
+		// About four segments per anchor for the first round of writes.
+		perAnchor := int64(cfg.writers) * int64(cfg.records) / int64(cfg.anchors) * demoRecordBytes
+		cfg.segmentSize = min(max(perAnchor/4, 1<<10), 64<<20)
 	}
 	d := &demo{e: e, cfg: cfg}
 	temp := !e.g.dirSet
@@ -130,14 +187,23 @@ func runDemo(e *env, cfg demoConfig) error {
 		}
 	}()
 	d.report = demoReport{Dir: d.dir, Kept: !temp || cfg.keep, Writers: cfg.writers,
-		AnchorsRequested: cfg.anchors, RecordsPerWriter: cfg.records}
+		AnchorsRequested: cfg.anchors, RecordsPerWriter: cfg.records, SegmentSize: cfg.segmentSize,
+		Compactions: []demoCompaction{}}
 
 	if err := d.open(); err != nil {
 		return err
 	}
 	d.report.Durability = d.db.Options().DurabilityMode()
-	if err := d.write(); err != nil {
+	writes, elapsed, err := d.write(1, cfg.records)
+	if err != nil {
 		return err
+	}
+	d.writes = writes
+	d.report.Written = len(writes)
+	d.report.Retries = countRetries(writes)
+	d.report.WriteSeconds = elapsed.Seconds()
+	if elapsed > 0 {
+		d.report.RecordsPerSec = float64(len(writes)) / elapsed.Seconds()
 	}
 	st, err := d.db.Stats(e.ctx)
 	if err != nil {
@@ -162,6 +228,7 @@ func runDemo(e *env, cfg demoConfig) error {
 		if err := d.checkAll(" after reopen"); err != nil {
 			return err
 		}
+		d.laterPhases()
 	}
 
 	d.report.OK = true
@@ -175,8 +242,13 @@ func runDemo(e *env, cfg demoConfig) error {
 	return nil
 }
 
+// options are the engine options of the demo database.
+func (d *demo) options() engine.Options {
+	return engine.Options{Logger: stderrLogger{w: d.e.stderr, quiet: d.e.g.quiet}, SegmentSize: d.cfg.segmentSize}
+}
+
 func (d *demo) open() error {
-	db, err := engine.Open(d.dir, engine.Options{Logger: stderrLogger{w: d.e.stderr, quiet: d.e.g.quiet}})
+	db, err := engine.Open(d.dir, d.options())
 	if err != nil {
 		return err
 	}
@@ -197,18 +269,19 @@ func errDetail(err error, okDetail string) string {
 
 func demoAnchor(i int) string { return fmt.Sprintf("demo/device-%04d", i) }
 
-// write runs the write phase: cfg.writers goroutines appending through the
-// engine with its default (sync) durability.
-func (d *demo) write() error {
+// write runs a write phase: cfg.writers goroutines appending n records each
+// through the engine with its default (sync) durability. It returns the
+// acknowledged appends (not the idempotent retries) and the time it took.
+func (d *demo) write(round, n int) ([]demoWrite, time.Duration, error) {
 	cfg := d.cfg
 	perWriter := make([][]demoWrite, cfg.writers)
 	errc := make(chan error, cfg.writers)
-	var done, retries atomic.Int64
+	var done atomic.Int64
 	var wg sync.WaitGroup
 
 	stopProgress, progressDone := make(chan struct{}), make(chan struct{})
 	prog := d.e.newProgress()
-	total := int64(cfg.writers) * int64(cfg.records)
+	total := int64(cfg.writers) * int64(n)
 	go func() {
 		defer close(progressDone)
 		t := time.NewTicker(100 * time.Millisecond)
@@ -218,7 +291,7 @@ func (d *demo) write() error {
 			case <-stopProgress:
 				return
 			case <-t.C:
-				prog.update("demo: %d/%d records written", done.Load(), total)
+				prog.update("demo: round %d: %d/%d records written", round, done.Load(), total)
 			}
 		}
 	}()
@@ -228,10 +301,10 @@ func (d *demo) write() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w)+1, 0x616e63686f726462))
-			out := make([]demoWrite, 0, cfg.records)
-			for i := range cfg.records {
-				ent := demoEntry(rng, cfg, w, i)
+			rng := rand.New(rand.NewPCG(uint64(w)+1, 0x616e63686f726462+uint64(round)))
+			out := make([]demoWrite, 0, n)
+			for i := range n {
+				ent := demoEntry(rng, cfg, round, w, i)
 				r, err := d.db.Append(d.e.ctx, ent)
 				if err != nil {
 					errc <- fmt.Errorf("writer %d, record %d: %w", w, i, err)
@@ -245,7 +318,6 @@ func (d *demo) write() error {
 						errc <- fmt.Errorf("writer %d, retry of record %d: %w", w, i, err)
 						return
 					}
-					retries.Add(1)
 					if !again.Duplicate || again.Seq != r.Seq || again.Hash != r.Hash || again.Counter != r.Counter {
 						errc <- errs.New(errs.CodeConflict, "writer %d: the retry of %s #%d returned %+v", w, r.Anchor, r.Seq, again)
 						return
@@ -263,22 +335,31 @@ func (d *demo) write() error {
 	prog.done()
 	close(errc)
 	if err := <-errc; err != nil {
-		return err
+		return nil, elapsed, err
 	}
+	var writes []demoWrite
 	for _, ws := range perWriter {
-		d.writes = append(d.writes, ws...)
+		writes = append(writes, ws...)
 	}
-	d.report.Retries = int(retries.Load())
-	d.report.WriteSeconds = elapsed.Seconds()
-	if elapsed > 0 {
-		d.report.RecordsPerSec = float64(len(d.writes)) / elapsed.Seconds()
-	}
-	return nil
+	return writes, elapsed, nil
 }
 
-// demoEntry is record i of writer w: mostly puts over a shared key space, some
-// deletes, some events without a key; every 25th carries an idempotency key.
-func demoEntry(rng *rand.Rand, cfg demoConfig, w, i int) engine.Entry {
+// countRetries counts the appends that were retried with their idempotency
+// key (each retry was checked to return the original receipt).
+func countRetries(ws []demoWrite) int {
+	n := 0
+	for _, w := range ws {
+		if len(w.entry.IdempotencyKey) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// demoEntry is record i of writer w in a round: mostly puts over a shared key
+// space, some deletes, some events without a key; every 25th carries an
+// idempotency key.
+func demoEntry(rng *rand.Rand, cfg demoConfig, round, w, i int) engine.Entry {
 	ent := engine.Entry{Anchor: demoAnchor(rng.IntN(cfg.anchors))}
 	key := []byte(fmt.Sprintf("key-%03d", rng.IntN(demoKeys)))
 	switch r := rng.IntN(100); {
@@ -295,7 +376,7 @@ func demoEntry(rng *rand.Rand, cfg demoConfig, w, i int) engine.Entry {
 		ent.Value = []byte(fmt.Sprintf(`{"writer":%d,"record":%d,"cpu":%d.%d}`, w, i, rng.IntN(100), rng.IntN(10)))
 	}
 	if i%25 == 0 {
-		ent.IdempotencyKey = []byte(fmt.Sprintf("writer-%d/op-%d", w, i))
+		ent.IdempotencyKey = []byte(fmt.Sprintf("round-%d/writer-%d/op-%d", round, w, i))
 	}
 	return ent
 }
@@ -454,9 +535,19 @@ func (d *demo) print() {
 	e.out.linef("anchordb demo: %d writers × %d records on %d anchors, %s durability", r.Writers, r.RecordsPerWriter, r.AnchorsRequested, r.Durability)
 	e.out.linef("  database  %s", where)
 	e.out.linef("  write     %d records in %.3fs: %.0f records/s (%d idempotent retries answered from the index)",
-		len(d.writes), r.WriteSeconds, r.RecordsPerSec, r.Retries)
-	e.out.linef("  stored    %d anchors, %d records, %d segment files, %s (index %s)",
-		r.Anchors, r.Records, r.Segments, humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
+		r.Written, r.WriteSeconds, r.RecordsPerSec, r.Retries)
+	e.out.linef("  stored    %d anchors, %d records, %d segment files of up to %s, %s (index %s)",
+		r.Anchors, r.Records, r.Segments, humanBytes(r.SegmentSize), humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
+	if r.MergedRecords > 0 {
+		e.out.linef("  merge     %d records in merged order at %.0f records/s, root %s", r.MergedRecords, r.MergeRecordsPerSec, r.MergedRoot)
+	}
+	if len(r.Compactions) > 0 {
+		e.out.linef("  compact   %d runs around a second round of %d records: %d segments removed (%s)",
+			len(r.Compactions), r.SecondRoundRecords, r.SegmentsRemoved, humanBytes(r.RemovedBytes))
+	}
+	if r.RebuildSeconds > 0 {
+		e.out.linef("  rebuild   index rebuilt from the snapshot in %.3fs", r.RebuildSeconds)
+	}
 	for i, c := range r.Checks {
 		label := "          "
 		if i == 0 {
@@ -466,7 +557,7 @@ func (d *demo) print() {
 		if !c.OK {
 			status = "FAIL"
 		}
-		e.out.linef("%s%s  %-26s %s", label, status, c.Name, c.Detail)
+		e.out.linef("%s%s  %-28s %s", label, status, c.Name, c.Detail)
 	}
 	e.out.linef("  result    %s", result)
 }

@@ -244,6 +244,16 @@ type errorBody struct {
 	Line       int  `json:"line,omitempty"`
 	Imported   *int `json:"imported,omitempty"`
 	Duplicates *int `json:"duplicates,omitempty"`
+
+	// An ingest refused for a fork: both heads of the anchor.
+	Ours   *headJSON `json:"ours,omitempty"`
+	Theirs *headJSON `json:"theirs,omitempty"`
+}
+
+// headJSON is an anchor's head: its last seq and that record's hash.
+type headJSON struct {
+	Seq  uint64       `json:"seq"`
+	Hash segment.Hash `json:"hash"`
 }
 
 type errorJSONShape struct {
@@ -275,6 +285,11 @@ func errorJSON(err error) errorJSONShape {
 	var re *errs.RefusalError
 	if errors.As(err, &re) {
 		b.RetryAfterMS = re.RetryAfter.Milliseconds()
+	}
+	var fe *engine.ForkError
+	if errors.As(err, &fe) {
+		b.Ours = &headJSON{Seq: fe.OurHead.Seq, Hash: fe.OurHead.Hash}
+		b.Theirs = &headJSON{Seq: fe.TheirSeq, Hash: fe.TheirHd}
 	}
 	var ie *importError
 	if errors.As(err, &ie) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
@@ -21,18 +22,40 @@ var getCmd = &command{
 	args:    "KEY",
 	summary: "print the live value of KEY: its last put or delete in merged order",
 	detail: `Prints the record of the winning version plus "found":true. A missing or deleted key
-prints {"found":false,"key":"KEY"} (without --json, "not found: KEY" on stderr) and exits 1.`,
+prints {"found":false,"key":"KEY"} (without --json, "not found: KEY" on stderr) and exits 1.
+
+--at F reads a frontier {"anchor id": seq, …} from the file F ('-' for stdin; merge --root
+prints one) and answers from the state at that frontier: the last put or delete of KEY in
+merged order among the records it contains. A frontier naming an anchor or seq the
+database does not hold, or a seq below a compaction's cut, is STATE_003 (exit 1).`,
 	minArgs: 1, maxArgs: 1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var raw bool
+		var at string
 		fs.BoolVar(&raw, "raw", false, "print only the value's bytes, unchanged (no newline); ignores --json")
+		fs.StringVar(&at, "at", "", "answer at this frontier: a JSON file {\"anchor\":seq,…} ('-' for stdin)")
 		return func(e *env, args []string) error {
 			key := []byte(args[0])
+			var f merge.Frontier
+			if at != "" {
+				var err error
+				if f, err = readFrontier(e, at); err != nil {
+					return err
+				}
+			}
 			db, err := e.open()
 			if err != nil {
 				return err
 			}
-			v, err := db.Get(e.ctx, key)
+			var v engine.Version
+			if f != nil {
+				if err := checkFrontierKnown(db, f); err != nil {
+					return err
+				}
+				v, err = db.GetAt(e.ctx, key, f)
+			} else {
+				v, err = db.Get(e.ctx, key)
+			}
 			if errors.Is(err, engine.ErrNotFound) {
 				switch {
 				case e.g.json && !raw:

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/spf13/pflag"
@@ -9,10 +10,11 @@ import (
 
 var statsCmd = &command{
 	name:    "stats",
-	summary: "print sizes, anchors, records, durability mode and what the last open recovered",
+	summary: "print sizes, anchors, records, snapshots, unsnapshotted records, durability mode and what the last open recovered",
 	detail: `With --json one object: the engine's statistics (dir, id, durability, anchors, records,
 damaged_anchors, segment_files, segment_bytes, index_bytes, in_flight_records,
-in_flight_bytes, open_segment_files, clock), "damaged": the read-only anchors and why,
+in_flight_bytes, open_segment_files, clock, snapshots, records_unsnapshotted,
+oldest_unsnapshotted_age_ns, metrics: the engine's counters since this open), "damaged": the read-only anchors and why,
 and "recovery": what this command's open found ({"clean","rebuilt","events"}).`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
@@ -107,6 +109,11 @@ func printStatsHuman(e *env, s statsJSON) {
 		{"in flight", fmt.Sprintf("%d records, %d bytes", s.InFlightRecords, s.InFlightBytes)},
 		{"open segment files", s.OpenFiles},
 		{"clock", s.Clock},
+		{"snapshots", s.Snapshots},
+		{"unsnapshotted", unsnapshottedText(s.Stats)},
+		{"since open", fmt.Sprintf("%d records in %d commit groups, %d journal syncs, %s of journal, %d segment writes, %d seals, %d settles",
+			s.Metrics.Records, s.Metrics.Groups, s.Metrics.JournalSyncs, humanBytes(int64(s.Metrics.JournalBytes)),
+			s.Metrics.SegmentWrites, s.Metrics.Seals, s.Metrics.Settles)},
 		{"last close", map[bool]string{true: "clean", false: "unclean (recovery ran)"}[s.Recovery.Clean]},
 	}
 	for _, r := range rows {
@@ -131,6 +138,14 @@ func printStatsHuman(e *env, s statsJSON) {
 		}
 		e.out.linef("%-19s %s", "recovery:", line)
 	}
+}
+
+// unsnapshottedText describes the records after the newest snapshot.
+func unsnapshottedText(s engine.Stats) string {
+	if s.RecordsUnsnapshotted == 0 {
+		return "0 records"
+	}
+	return fmt.Sprintf("%d records, the oldest %s old", s.RecordsUnsnapshotted, s.OldestUnsnapshottedAge.Round(time.Millisecond))
 }
 
 // humanBytes renders a byte count in binary units.

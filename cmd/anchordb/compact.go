@@ -1,0 +1,132 @@
+package main
+
+import (
+	"strings"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/spf13/pflag"
+)
+
+var compactCmd = &command{
+	name:    "compact",
+	args:    "--policy F [--dry-run|--apply]",
+	summary: "plan (by default) or apply retention and compaction under a policy: snapshots, deletions, truncation",
+	detail: `Reads the retention policy in F ('-' for stdin; SPEC §6, missing fields take their defaults):
+  {"version":"v1","snapshot":{"every_records":1000,"every_seconds":86400,"every_bytes":104857600},
+   "keep_snapshots":3,"raw_log":"forever","verify_before_delete":true}
+An unknown field, a wrong type or a value out of range is INPUT_001 (exit 2).
+
+--dry-run (the default) plans and changes nothing: it prints the actions in order —
+create_snapshot when a trigger fired, delete_snapshot beyond keep_snapshots, and with
+raw_log "truncate" record_cut and remove_segment for sealed segments wholly below the
+oldest kept snapshot — with the snapshots kept and notes on what is left alone. With
+--json the plan: {"policy_ref","now","actions":[{"action",…,"reason"}],"keep","notes"}.
+
+--apply carries the plan out: nothing is deleted before what replaces it is durable and
+(with verify_before_delete) verified, and every action is appended to the audit log in
+the database directory first. Prints the plan and what was done; with --json
+{"applied":true,"plan":{…},"created":{snapshot}|null,"removed_bytes":N}.
+Progress is drawn on stderr when it is a terminal.`,
+	minArgs: 0, maxArgs: 0,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var policyFile string
+		var dryRun, apply bool
+		fs.StringVar(&policyFile, "policy", "", "the retention policy file (JSON; '-' for stdin); required")
+		fs.BoolVar(&dryRun, "dry-run", false, "plan only and change nothing (the default)")
+		fs.BoolVar(&apply, "apply", false, "carry the plan out")
+		return func(e *env, _ []string) error {
+			if policyFile == "" {
+				return usagef("compact", "compact needs --policy F")
+			}
+			if dryRun && apply {
+				return usagef("compact", "--dry-run and --apply exclude each other")
+			}
+			policy, err := readPolicy(e, policyFile)
+			if err != nil {
+				return err
+			}
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			opts := engine.CompactOptions{Apply: apply}
+			bar := e.newProgress()
+			if bar.on {
+				opts.Progress = func(i, n int, a snapshot.Action) {
+					bar.update("compact: %d/%d %s %s", i+1, n, a.Kind, a.Anchor)
+				}
+			}
+			res, err := db.Compact(e.ctx, policy, opts)
+			bar.done()
+			if err != nil {
+				return err
+			}
+			printCompaction(e, res)
+			return nil
+		}
+	},
+}
+
+// readPolicy reads and parses a retention policy file; any fault is INPUT_001.
+func readPolicy(e *env, path string) (snapshot.Policy, error) {
+	data, err := readInput(e, path, "policy")
+	if err != nil {
+		return snapshot.Policy{}, err
+	}
+	return snapshot.ParsePolicy(data)
+}
+
+type compactAppliedJSON struct {
+	Applied      bool              `json:"applied"`
+	Plan         snapshot.Plan     `json:"plan"`
+	Created      *snapshotInfoJSON `json:"created"`
+	RemovedBytes int64             `json:"removed_bytes"`
+}
+
+func printCompaction(e *env, res engine.CompactionResult) {
+	if e.g.json {
+		if !res.Applied {
+			e.out.json(res.Plan)
+			return
+		}
+		out := compactAppliedJSON{Applied: true, Plan: res.Plan, RemovedBytes: res.RemovedBytes}
+		if res.Created != nil {
+			c := snapshotInfoJSON(*res.Created)
+			out.Created = &c
+		}
+		e.out.json(out)
+		return
+	}
+	if e.g.quiet && !res.Applied {
+		return
+	}
+	var b strings.Builder
+	_ = res.Plan.WriteText(&b)
+	if !e.g.quiet {
+		e.out.write([]byte(b.String()))
+	}
+	if !res.Applied {
+		if len(res.Plan.Actions) > 0 {
+			e.out.linef("dry run: nothing was changed; run with --apply to carry the plan out")
+		}
+		return
+	}
+	var deleted, cuts, removed int
+	for _, a := range res.Plan.Actions {
+		switch a.Kind {
+		case snapshot.ActionDeleteSnapshot:
+			deleted++
+		case snapshot.ActionRecordCut:
+			cuts++
+		case snapshot.ActionRemoveSegment:
+			removed++
+		}
+	}
+	created := "no snapshot created"
+	if res.Created != nil {
+		created = "created " + res.Created.Name
+	}
+	e.out.linef("applied %d actions: %s, %d snapshots deleted, %d cuts recorded, %d segments removed (%s)",
+		len(res.Plan.Actions), created, deleted, cuts, removed, humanBytes(res.RemovedBytes))
+}

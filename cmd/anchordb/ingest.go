@@ -1,0 +1,96 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/spf13/pflag"
+)
+
+var ingestCmd = &command{
+	name:    "ingest",
+	args:    "--from DIR [--anchor A]…",
+	summary: "verify and join anchors from another anchordb directory (the partition case)",
+	detail: `Reads the anchor logs of the anchordb database in DIR (every anchor, or those named by
+--anchor), verifies every record, and joins them to this database exactly as they were
+written (seq, counter, time, prev_hash, hash), so receipts and proofs from the other side
+stay valid. An anchor we do not hold is copied; one we hold is extended when our log is a
+prefix of the arriving one, and left alone when it is ahead. DIR must not be open for
+writing (its lock is taken while it is read).
+
+Two logs that disagree at some seq are a fork: the whole ingest is refused, nothing is
+joined, STATE_002 (exit 1); with --json the error carries both heads:
+  {"error":{"code":"STATE_002","reason":"conflict_detected","message","anchor","seq",
+   "ours":{"seq","hash"},"theirs":{"seq","hash"}}}
+An arriving record that does not verify is INT_* (exit 1).
+
+Prints {"from","anchors":[{"anchor","status","had","arrived","appended","head"}],"appended"}
+where status is "new", "extended" or "up_to_date"; without --json one line an anchor.`,
+	minArgs: 0, maxArgs: 0,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var from string
+		var anchors []string
+		fs.StringVar(&from, "from", "", "the other anchordb database directory (required)")
+		fs.StringArrayVar(&anchors, "anchor", nil, "ingest only this anchor (repeatable; default: every anchor)")
+		return func(e *env, _ []string) error {
+			if from == "" {
+				return usagef("ingest", "ingest needs --from DIR")
+			}
+			for _, a := range anchors {
+				if err := segment.ValidateAnchorID(a); err != nil {
+					return err
+				}
+			}
+			if st, err := os.Stat(from); err != nil || !st.IsDir() {
+				return errs.New(errs.CodeInvalidInput, "ingest: %s is not a directory", from)
+			}
+			if samePath(from, e.g.dir) {
+				return usagef("ingest", "--from names the database itself")
+			}
+			db, err := e.open()
+			if err != nil {
+				return err
+			}
+			bar := e.newProgress()
+			opts := engine.IngestOptions{Anchors: anchors}
+			if bar.on {
+				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%d records", done, total) }
+			}
+			rep, err := db.Ingest(e.ctx, from, opts)
+			bar.done()
+			if err != nil {
+				return err
+			}
+			if rep.Anchors == nil {
+				rep.Anchors = []engine.IngestedAnchor{}
+			}
+			if e.g.json {
+				e.out.json(rep)
+				return nil
+			}
+			if !e.g.quiet {
+				for _, a := range rep.Anchors {
+					e.out.linef("%-10s %s: had %d, arrived %d, appended %d, head %s", a.Status, display([]byte(a.Anchor)),
+						a.Had, a.Arrived, a.Appended, a.Head)
+				}
+			}
+			e.out.linef("ingested %d records on %d anchors from %s", rep.Appended, len(rep.Anchors), rep.From)
+			return nil
+		}
+	},
+}
+
+// samePath reports whether two paths name the same directory.
+func samePath(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(sa, sb)
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
+}

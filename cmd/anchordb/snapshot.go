@@ -1,0 +1,299 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/merge"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/spf13/pflag"
+)
+
+var snapshotCmd = &command{
+	name:    "snapshot",
+	args:    "create | list | verify [NAME|PATH]…",
+	summary: "take a snapshot of the key-value state, list the snapshots, or prove them by replay",
+	detail: `snapshot create writes the key-value state at the current frontier to one verifiable
+file under the database's snapshots/ directory (--policy F records that policy's
+policy_ref in it) and prints its description:
+  {"name","path","format","created","policy_ref","frontier":{"anchor":{"seq","hash"}},
+   "entries","raw_size","size","state_hash","file_hash","verified"}
+
+snapshot list prints one such object a line per snapshot, oldest first (without --json a
+table). A file that cannot be read is listed with "error":{"code","reason","message",
+"file"} and makes the command exit 1.
+
+snapshot verify [NAME|PATH]… checks the named snapshots (a file name in snapshots/, or a
+path; default: every snapshot): every byte and entry against the file's hashes, then the
+replay proof — the log replayed in merged order up to the snapshot's frontier must give
+the same state hash. Below a compaction's cut the replay starts from an older snapshot
+("base"); when none covers the cut no replay is possible ("replayed":false and a "note").
+Prints one object a line: {"ok","snapshot":{…},"base","replayed","note",
+"replayed_records","replay_state_hash"}, and for a snapshot that fails {"ok":false,
+"name","path","error":{"code":"INT_003",…}}. Any failure exits 1.`,
+	minArgs: 1, maxArgs: -1,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		var policyFile string
+		fs.StringVar(&policyFile, "policy", "", "create: record this policy file's policy_ref in the snapshot")
+		return func(e *env, args []string) error {
+			switch args[0] {
+			case "create":
+				if len(args) != 1 {
+					return usagef("snapshot", "usage: snapshot create [--policy F]")
+				}
+				return snapshotCreate(e, policyFile)
+			case "list":
+				if len(args) != 1 || policyFile != "" {
+					return usagef("snapshot", "usage: snapshot list")
+				}
+				return snapshotList(e)
+			case "verify":
+				if policyFile != "" {
+					return usagef("snapshot", "usage: snapshot verify [NAME|PATH]…")
+				}
+				return snapshotVerify(e, args[1:])
+			}
+			return usagef("snapshot", "unknown snapshot command %q (want create, list or verify)", args[0])
+		}
+	},
+}
+
+// snapshotInfoJSON is snapshot.Info as the CLI prints it (the shape of its
+// JSON tags).
+type snapshotInfoJSON snapshot.Info
+
+// unreadableSnapshotJSON is a snapshot file that cannot be read: what its
+// name tells, and the error in the CLI's error shape.
+type unreadableSnapshotJSON struct {
+	Name    string     `json:"name"`
+	Path    string     `json:"path"`
+	Created *time.Time `json:"created,omitempty"`
+	Error   errorBody  `json:"error"`
+}
+
+// snapshotJSON is one snapshot of create or list.
+func snapshotJSON(info snapshot.Info) any {
+	if info.Err != nil {
+		out := unreadableSnapshotJSON{Name: info.Name, Path: info.Path, Error: errorJSON(info.Err).Error}
+		if !info.Created.IsZero() {
+			out.Created = &info.Created
+		}
+		if out.Error.File == "" {
+			out.Error.File = info.Path
+		}
+		return out
+	}
+	out := snapshotInfoJSON(info)
+	if out.Frontier == nil {
+		out.Frontier = snapshot.Frontier{}
+	}
+	return out
+}
+
+func snapshotCreate(e *env, policyFile string) error {
+	var ref string
+	if policyFile != "" {
+		p, err := readPolicy(e, policyFile)
+		if err != nil {
+			return err
+		}
+		ref = p.PolicyRef()
+	}
+	db, err := e.open()
+	if err != nil {
+		return err
+	}
+	info, err := db.CreateSnapshot(e.ctx, ref)
+	if err != nil {
+		return err
+	}
+	if e.g.json {
+		e.out.json(snapshotJSON(info))
+		return nil
+	}
+	if !e.g.quiet {
+		e.out.linef("snapshot %s: %d keys at a frontier of %d anchors and %d records, %s, state %s",
+			info.Name, info.Entries, len(info.Frontier), frontierRecords(info.Frontier), humanBytes(info.Size), info.StateHash)
+	} else {
+		e.out.linef("%s", info.Name)
+	}
+	return nil
+}
+
+// frontierRecords is the number of records a snapshot's frontier covers.
+func frontierRecords(f snapshot.Frontier) uint64 {
+	return merge.Frontier(f.Seqs()).Total()
+}
+
+func snapshotList(e *env) error {
+	db, err := e.open()
+	if err != nil {
+		return err
+	}
+	list, err := db.Snapshots(e.ctx)
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, s := range list {
+		if s.Err != nil {
+			bad++
+		}
+	}
+	if e.g.json {
+		for _, s := range list {
+			e.out.json(snapshotJSON(s))
+		}
+	} else if len(list) == 0 {
+		if !e.g.quiet {
+			e.out.linef("no snapshots in %s", db.SnapshotsDir())
+		}
+	} else {
+		var b strings.Builder
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tCREATED\tKEYS\tANCHORS\tRECORDS\tSIZE\tSTATE HASH\tPOLICY")
+		for _, s := range list {
+			if s.Err != nil {
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tUNREADABLE (%s)\t-\n", s.Name, createdText(s.Created), codeOf(s.Err))
+				continue
+			}
+			policy := s.PolicyRef
+			if policy == "" {
+				policy = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Name, createdText(s.Created), s.Entries, len(s.Frontier),
+				frontierRecords(s.Frontier), humanBytes(s.Size), s.StateHash, policy)
+		}
+		_ = tw.Flush()
+		for _, s := range list {
+			if s.Err != nil {
+				fmt.Fprintf(&b, "unreadable %s: %s\n", s.Name, errorLine(s.Err))
+			}
+		}
+		e.out.write([]byte(b.String()))
+	}
+	if bad > 0 {
+		return exitStatus(exitFinding)
+	}
+	return nil
+}
+
+func createdText(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// snapshotVerifyJSON is one line of snapshot verify.
+type snapshotVerifyJSON struct {
+	OK bool `json:"ok"`
+	engine.SnapshotVerification
+}
+
+// snapshotFailureJSON is a snapshot that failed to verify.
+type snapshotFailureJSON struct {
+	OK    bool      `json:"ok"`
+	Name  string    `json:"name"`
+	Path  string    `json:"path"`
+	Error errorBody `json:"error"`
+}
+
+func snapshotVerify(e *env, names []string) error {
+	db, err := e.open()
+	if err != nil {
+		return err
+	}
+	type target struct{ name, path string }
+	var targets []target
+	if len(names) == 0 {
+		list, err := db.Snapshots(e.ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range list {
+			targets = append(targets, target{s.Name, s.Path})
+		}
+		if len(targets) == 0 && !e.g.json && !e.g.quiet {
+			e.out.linef("no snapshots to verify in %s", db.SnapshotsDir())
+		}
+	} else {
+		for _, n := range names {
+			p, err := snapshotPath(db, n)
+			if err != nil {
+				return err
+			}
+			targets = append(targets, target{filepath.Base(p), p})
+		}
+	}
+	status := exitOK
+	bar := e.newProgress()
+	for i, t := range targets {
+		bar.update("snapshot verify: %d/%d %s", i+1, len(targets), t.name)
+		v, err := db.VerifySnapshot(e.ctx, t.path)
+		bar.done()
+		if err != nil {
+			if e.ctx.Err() != nil {
+				return err
+			}
+			status = max(status, exitCode(err))
+			body := errorJSON(err).Error
+			if body.File == "" {
+				body.File = t.path
+			}
+			if e.g.json {
+				e.out.json(snapshotFailureJSON{OK: false, Name: t.name, Path: t.path, Error: body})
+			} else {
+				e.out.linef("FAIL %s: %s", t.name, errorLine(err))
+			}
+			continue
+		}
+		if e.g.json {
+			e.out.json(snapshotVerifyJSON{OK: true, SnapshotVerification: v})
+			continue
+		}
+		if e.g.quiet {
+			continue
+		}
+		switch {
+		case !v.Replayed:
+			e.out.linef("ok   %s: file and state hash verify (%d keys); %s", t.name, v.Info.Entries, v.Note)
+		case v.Base != "":
+			e.out.linef("ok   %s: replay of %d records from base %s gives state %s", t.name, v.ReplayedRecords, v.Base, v.ReplayStateHash)
+		default:
+			e.out.linef("ok   %s: replay of %d records from genesis gives state %s", t.name, v.ReplayedRecords, v.ReplayStateHash)
+		}
+	}
+	if status != exitOK {
+		return exitStatus(status)
+	}
+	return nil
+}
+
+// snapshotPath resolves a snapshot argument: a path to an existing file, or
+// the name of a file in the database's snapshots directory.
+func snapshotPath(db *engine.DB, arg string) (string, error) {
+	if arg == "" {
+		return "", usagef("snapshot", "a snapshot name must not be empty")
+	}
+	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
+		return arg, nil
+	}
+	if !strings.ContainsRune(arg, os.PathSeparator) {
+		name := arg
+		if !strings.HasSuffix(name, snapshot.Ext) {
+			name += snapshot.Ext
+		}
+		p := filepath.Join(db.SnapshotsDir(), name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errs.New(errs.CodeInvalidInput, "no snapshot %q (neither a file nor a name in %s)", arg, db.SnapshotsDir())
+}
