@@ -221,6 +221,19 @@ func BenchmarkAppendSync(b *testing.B) {
 	}
 }
 
+// BenchmarkAppendSyncNoAdmission is AppendSync with the admission layer
+// switched off (engine.Options.DisableAdmission): the pair measures what the
+// in-flight bounds, the duplicate fast path and their bookkeeping cost.
+func BenchmarkAppendSyncNoAdmission(b *testing.B) {
+	b.Run("writers=64", func(b *testing.B) {
+		b.Run("anchors=16", func(b *testing.B) { run(b, appendSyncNoAdmission(64, 16)) })
+	})
+}
+
+func appendSyncNoAdmission(writers, anchors int) workload {
+	return appendPuts(writers, anchors, engine.Options{DisableAdmission: true})
+}
+
 func BenchmarkAppendBatchSync(b *testing.B) {
 	for _, s := range batchSizes {
 		b.Run(fmt.Sprintf("size=%d", s), func(b *testing.B) { run(b, appendBatchSync(s)) })

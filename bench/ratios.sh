@@ -67,6 +67,7 @@ END {
 	pair("batch sync, 1,000 records", "AppendBatchSync/size=1000", "PeerPebbleBatchSync/size=1000", 0.8)
 	pair("no-sync append, 1 writer", "AppendNoSync/writers=1", "PeerPebbleNoSync/writers=1", 0.6)
 	pair("get, 1M keys", "Get", "PeerPebbleGet", 0.5)
+	pair("admission overhead", "AppendSync/writers=64/anchors=16", "AppendSyncNoAdmission/writers=64/anchors=16", 0.95)
 	printf "\ntargets: %d PASS, %d MISS, %d without data\n", pass, miss, nodata
 }
 ' "$@"

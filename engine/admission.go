@@ -3,17 +3,25 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 )
 
 // admission bounds the records and bytes admitted but not yet acknowledged
-// (SPEC §8). Past the bound an append waits for room until its context ends
-// (CAP_001) or, with RefuseWhenFull, is refused at once (CAP_002). A request
-// larger than the whole bound is admitted alone, so no request can wait
-// forever. It also gates Close: once closing, nothing new is admitted and
-// drain waits for what is in flight.
+// (SPEC §8), per database and optionally per anchor. Past a bound an append
+// waits for room until its context ends (CAP_001) or, with RefuseWhenFull,
+// is refused at once (CAP_002). A request larger than a whole bound is
+// admitted alone, so no request can wait forever. An optional per-anchor
+// token bucket refuses appends beyond a rate (CAP_003) at once.
+//
+// It also gates Close: once closing, nothing new is admitted and drain waits
+// for what is in flight.
+//
+// Duplicates never get here: appendEntries answers an append whose
+// idempotency key is already committed before admission, and leaves out of
+// the request's cost every entry whose key is committed or in flight.
 type admission struct {
 	mu       sync.Mutex
 	cond     chan struct{} // closed and replaced whenever room is freed
@@ -24,38 +32,120 @@ type admission struct {
 	waiters  int
 	closing  bool
 	idle     chan struct{} // closed when closing and nothing is in flight
+
+	// perAnchor, when > 0, bounds the records in flight for one anchor;
+	// anchorRecs holds the anchors that have some (entries are deleted at 0,
+	// so it stays as small as what is in flight).
+	perAnchor  int
+	anchorRecs map[string]int
+
+	// The rate limit: rate tokens a second, up to burst, per anchor.
+	rate    float64
+	burst   float64
+	now     func() time.Time
+	buckets map[string]*bucket
+
+	// disabled skips every bound (Options.DisableAdmission, for measuring
+	// the layer's cost): only the close gate remains.
+	disabled bool
+	gate     atomic.Int64
+
+	refused [3]atomic.Uint64 // CAP_001, CAP_002, CAP_003
 }
 
-func (a *admission) init(maxRecs int, maxBytes int64) {
-	a.maxRecs, a.maxBytes = maxRecs, maxBytes
+// bucket is one anchor's token bucket.
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func (a *admission) init(o *Options) {
+	a.maxRecs, a.maxBytes = o.MaxInFlightRecords, o.MaxInFlightBytes
+	a.perAnchor = o.MaxInFlightPerAnchor
+	a.anchorRecs = make(map[string]int)
+	a.rate, a.burst = o.AnchorRate, float64(o.AnchorBurst)
+	if a.rate > 0 && a.burst < 1 {
+		a.burst = max(1, a.rate)
+	}
+	a.now = o.Clock
+	a.buckets = make(map[string]*bucket)
+	a.disabled = o.DisableAdmission
 	a.cond = make(chan struct{})
 }
 
-func (a *admission) fits(n int, b int64) bool {
-	if a.records == 0 {
-		return true
-	}
-	return a.records+n <= a.maxRecs && a.bytes+b <= a.maxBytes
+// cost is what one request asks of admission: its records and bytes, and
+// its records per anchor. Entries that are duplicates are not in it.
+type cost struct {
+	records int
+	bytes   int64
+	anchors map[string]int
+	free    []bool // entries known to be duplicates before admission (nil: none)
 }
 
-func (a *admission) acquire(ctx context.Context, n int, b int64, refuse bool) error {
+func (a *admission) fits(c *cost) bool {
+	if a.records > 0 && (a.records+c.records > a.maxRecs || a.bytes+c.bytes > a.maxBytes) {
+		return false
+	}
+	if a.perAnchor > 0 {
+		for id, n := range c.anchors {
+			if have := a.anchorRecs[id]; have > 0 && have+n > a.perAnchor {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// acquire admits c or returns why not. It takes the rate limit's tokens
+// first (refusing at once when an anchor has too few), then waits for room
+// under the bounds; a request that is refused or gives up returns its tokens.
+func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
+	if a.disabled {
+		a.gate.Add(1)
+		a.mu.Lock()
+		closing := a.closing
+		a.mu.Unlock()
+		if closing {
+			a.releaseGate()
+			return errClosed
+		}
+		return nil
+	}
+	if c.records == 0 {
+		// Only duplicates: they cost nothing, but Close must wait for them.
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.closing {
+			return errClosed
+		}
+		a.gate.Add(1)
+		return nil
+	}
+	if err := a.takeTokens(c); err != nil {
+		return err
+	}
 	for {
 		a.mu.Lock()
 		if a.closing {
 			a.mu.Unlock()
+			a.returnTokens(c.anchors)
 			return errClosed
 		}
-		if a.fits(n, b) {
-			a.records += n
-			a.bytes += b
+		if a.fits(c) {
+			a.records += c.records
+			a.bytes += c.bytes
+			for id, n := range c.anchors {
+				a.anchorRecs[id] += n
+			}
+			a.gate.Add(1)
 			a.mu.Unlock()
 			return nil
 		}
 		if refuse {
-			recs, bytes := a.records, a.bytes
+			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, "in-flight bound reached")
 			a.mu.Unlock()
-			return errs.NewRefusal(errs.CodeQueueFull, 10*time.Millisecond,
-				"%d records and %d bytes in flight (bounds %d, %d)", recs, bytes, a.maxRecs, a.maxBytes)
+			a.returnTokens(c.anchors)
+			return e
 		}
 		wait := a.cond
 		a.waiters++
@@ -68,39 +158,162 @@ func (a *admission) acquire(ctx context.Context, n int, b int64, refuse bool) er
 		case <-ctx.Done():
 			a.mu.Lock()
 			a.waiters--
+			e := a.refusal(errs.CodeCapacityExhausted, 0, "in-flight bound reached and the context ended: "+ctx.Err().Error())
 			a.mu.Unlock()
-			return &errs.RefusalError{Code: errs.CodeCapacityExhausted, Reason: errs.CodeCapacityExhausted.Reason(),
-				Message: "in-flight bound reached and the context ended: " + ctx.Err().Error()}
+			a.returnTokens(c.anchors)
+			return e
 		}
 	}
 }
 
-func (a *admission) release(n int, b int64) {
+// refusal builds a refusal with the capacity state; a.mu is held.
+func (a *admission) refusal(code errs.Code, retry time.Duration, msg string) *errs.RefusalError {
+	a.count(code)
+	e := errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
+	e.InFlightRecords, e.InFlightBytes, e.MaxRecords, e.MaxBytes = a.records, a.bytes, a.maxRecs, a.maxBytes
+	return e
+}
+
+func (a *admission) count(code errs.Code) {
+	switch code {
+	case errs.CodeCapacityExhausted:
+		a.refused[0].Add(1)
+	case errs.CodeQueueFull:
+		a.refused[1].Add(1)
+	case errs.CodeRateLimited:
+		a.refused[2].Add(1)
+	}
+}
+
+// takeTokens takes one token per record from each anchor's bucket, all or
+// none.
+func (a *admission) takeTokens(c *cost) error {
+	if a.rate <= 0 {
+		return nil
+	}
+	now := a.now()
 	a.mu.Lock()
-	a.records -= n
-	a.bytes -= b
+	defer a.mu.Unlock()
+	for id, n := range c.anchors {
+		b := a.refill(id, now)
+		if b.tokens < float64(n) {
+			if float64(n) > a.burst {
+				// More than the bucket ever holds: admitted when it is full,
+				// leaving it in debt, so a large batch is slowed, not barred.
+				if b.tokens >= a.burst {
+					continue
+				}
+				n = int(a.burst)
+			}
+			wait := time.Duration((float64(n) - b.tokens) / a.rate * float64(time.Second))
+			e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
+				id, a.rate, a.burst, b.tokens)
+			e.Anchor = id
+			a.count(errs.CodeRateLimited)
+			return e
+		}
+	}
+	for id, n := range c.anchors {
+		a.buckets[id].tokens -= float64(n)
+	}
+	return nil
+}
+
+// refill brings an anchor's bucket up to now; a.mu is held.
+func (a *admission) refill(id string, now time.Time) *bucket {
+	b := a.buckets[id]
+	if b == nil {
+		b = &bucket{tokens: a.burst, at: now}
+		a.buckets[id] = b
+		return b
+	}
+	if dt := now.Sub(b.at); dt > 0 {
+		b.tokens = min(a.burst, b.tokens+dt.Seconds()*a.rate)
+		b.at = now
+	}
+	return b
+}
+
+// returnTokens gives back the tokens of records that were not appended (a
+// refusal after the tokens were taken, or entries that turned out to be
+// duplicates of a concurrent append).
+func (a *admission) returnTokens(anchors map[string]int) {
+	if a.rate <= 0 || len(anchors) == 0 {
+		return
+	}
+	a.mu.Lock()
+	for id, n := range anchors {
+		if b := a.buckets[id]; b != nil {
+			b.tokens = min(a.burst, b.tokens+float64(n))
+		}
+	}
+	a.mu.Unlock()
+}
+
+// tokens returns an anchor's tokens now (for tests and stats).
+func (a *admission) tokens(id string) float64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.rate <= 0 {
+		return 0
+	}
+	return a.refill(id, a.now()).tokens
+}
+
+func (a *admission) release(c *cost) {
+	if a.disabled || c.records == 0 {
+		a.releaseGate()
+		return
+	}
+	a.mu.Lock()
+	a.records -= c.records
+	a.bytes -= c.bytes
+	for id, n := range c.anchors {
+		if left := a.anchorRecs[id] - n; left > 0 {
+			a.anchorRecs[id] = left
+		} else {
+			delete(a.anchorRecs, id)
+		}
+	}
 	if a.waiters > 0 {
 		close(a.cond)
 		a.cond = make(chan struct{})
 	}
-	if a.closing && a.records == 0 && a.idle != nil {
-		close(a.idle)
-		a.idle = nil
-	}
 	a.mu.Unlock()
+	a.releaseGate()
+}
+
+func (a *admission) releaseGate() {
+	if a.gate.Add(-1) == 0 {
+		a.mu.Lock()
+		if a.closing && a.idle != nil {
+			close(a.idle)
+			a.idle = nil
+		}
+		a.mu.Unlock()
+	}
 }
 
 // drain stops admission and waits until nothing is in flight.
 func (a *admission) drain() {
 	a.mu.Lock()
 	a.closing = true
-	if a.records == 0 {
+	if a.gate.Load() == 0 {
 		a.mu.Unlock()
 		return
 	}
 	idle := make(chan struct{})
 	a.idle = idle
 	a.mu.Unlock()
+	// The last release may have run between the check and a.idle being set.
+	if a.gate.Load() == 0 {
+		a.mu.Lock()
+		if a.idle != nil {
+			close(a.idle)
+			a.idle = nil
+		}
+		a.mu.Unlock()
+	}
 	<-idle
 }
 
@@ -109,4 +322,15 @@ func (a *admission) inFlight() (int, int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.records, a.bytes
+}
+
+// Refusals counts the appends refused since Open, by code.
+type Refusals struct {
+	CapacityExhausted uint64 `json:"CAP_001"`
+	QueueFull         uint64 `json:"CAP_002"`
+	RateLimited       uint64 `json:"CAP_003"`
+}
+
+func (a *admission) refusals() Refusals {
+	return Refusals{a.refused[0].Load(), a.refused[1].Load(), a.refused[2].Load()}
 }

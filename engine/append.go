@@ -106,20 +106,118 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if bytes > MaxBatchBytes {
 		return nil, errs.New(errs.CodeInvalidInput, "batch of %d bytes is above the %d-byte limit of one append", bytes, MaxBatchBytes)
 	}
-	if err := db.adm.acquire(ctx, len(entries), bytes, db.opts.RefuseWhenFull); err != nil {
+	// The duplicate fast path (SPEC §7, §8): a retry of a committed append
+	// is answered before any bound or rate limit is consulted, and entries
+	// whose keys are committed or in flight cost nothing.
+	c, done, rs, err := db.admissionCost(entries, bytes)
+	if err != nil || done {
+		return rs, err
+	}
+	if err := db.adm.acquire(ctx, &c, db.opts.RefuseWhenFull); err != nil {
 		return nil, err
 	}
-	defer db.adm.release(len(entries), bytes)
+	defer db.adm.release(&c)
 
 	req := newRequest()
 	req.entries, req.sync = entries, sync
 	db.submit(req)
-	rs, err := req.receipts, req.err
+	rs, err = req.receipts, req.err
 	freeRequest(req)
 	if err != nil {
+		db.adm.returnTokens(c.anchors)
 		return nil, err
 	}
+	db.refundDuplicates(entries, rs, &c)
 	return rs, nil
+}
+
+// admissionCost looks up the idempotency keys of entries. When every entry
+// is a committed duplicate it returns their receipts (done); a key committed
+// with another fingerprint is STATE_002 at once. Otherwise it returns the
+// cost of the entries that may append.
+func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs []Receipt, err error) {
+	if db.adm.disabled {
+		return cost{records: len(entries), bytes: bytes}, false, nil, nil
+	}
+	c = cost{records: len(entries), bytes: bytes, anchors: make(map[string]int, 1)}
+	dups := 0
+	for i := range entries {
+		e := &entries[i]
+		if len(e.IdempotencyKey) > 0 {
+			prior, found, pending, err := db.knownIdem(e.Anchor, e.IdempotencyKey)
+			if err != nil {
+				return c, false, nil, err
+			}
+			if found {
+				fp := segment.Fingerprint(e.Type, e.Key, e.Value)
+				rc := Receipt{Anchor: e.Anchor, Seq: prior.Seq, Counter: prior.Counter, Hash: prior.Hash, Duplicate: true}
+				if prior.Fingerprint != fp && !pending {
+					return c, false, nil, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
+				}
+				if prior.Fingerprint == fp {
+					if !pending {
+						rs = append(rs, rc)
+					}
+					if c.free == nil {
+						c.free = make([]bool, len(entries))
+					}
+					c.free[i] = true
+					dups++
+					c.records--
+					c.bytes -= int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + 128)
+					continue
+				}
+			}
+		}
+		c.anchors[e.Anchor]++
+	}
+	if dups == len(entries) && len(rs) == len(entries) {
+		db.metrics.duplicates.Add(uint64(dups))
+		return c, true, rs, nil
+	}
+	return c, false, nil, nil
+}
+
+// knownIdem finds an idempotency key committed (in the index) or in flight
+// (in a group not yet applied).
+func (db *DB) knownIdem(anchor string, key []byte) (e idemEntry, found, pending bool, err error) {
+	db.idemMu.Lock()
+	e, found = db.pendingIdem[anchor+"\x00"+string(key)]
+	db.idemMu.Unlock()
+	if found {
+		return e, true, true, nil
+	}
+	e, found, err = db.lookupIdem(anchor, key)
+	return e, found, false, err
+}
+
+// refundDuplicates returns the rate-limit tokens of entries the commit found
+// to be duplicates of a concurrent append with the same new key: budget is
+// consumed once per record appended.
+func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *cost) {
+	n := 0
+	for i := range rs {
+		if rs[i].Duplicate {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	db.metrics.duplicates.Add(uint64(n))
+	if db.adm.rate <= 0 {
+		return
+	}
+	var back map[string]int
+	for i := range rs {
+		if rs[i].Duplicate && (c.free == nil || !c.free[i]) {
+			if back == nil {
+				back = map[string]int{}
+			}
+			back[entries[i].Anchor]++
+		}
+	}
+	db.adm.returnTokens(back)
 }
 
 // writable returns why the database takes no writes, or nil.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"time"
 
 	"github.com/anchordb/anchordb/segment"
 )
@@ -192,7 +193,9 @@ func (ap *applier) runSyncer(db *DB) {
 			}
 			for i := len(groups) - 1; i >= 0; i-- {
 				if groups[i].sync {
+					start := time.Now()
 					err := db.journal.SyncTo(groups[i].end)
+					db.metrics.syncMicros.record(uint64(time.Since(start).Microseconds()))
 					db.metrics.journalSyncs.Add(1)
 					if err != nil {
 						err = db.fail(err)

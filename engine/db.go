@@ -136,7 +136,7 @@ func Open(dir string, opts Options) (*DB, error) {
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
-	db.adm.init(opts.MaxInFlightRecords, opts.MaxInFlightBytes)
+	db.adm.init(&opts)
 	if err := db.open(); err != nil {
 		if db.journal != nil {
 			_ = db.journal.Close()

@@ -148,6 +148,7 @@ func (db *DB) buildGroup(reqs []*request) *group {
 		g.end = end
 		db.metrics.groups.Add(1)
 		db.metrics.records.Add(uint64(g.records))
+		db.metrics.groupRecords.record(uint64(g.records))
 		db.metrics.journalBytes.Add(uint64(len(g.block)))
 	} else {
 		g.end = db.journal.End()

@@ -391,10 +391,13 @@ func (db *DB) appendVerbatim(ctx context.Context, recs []segment.Record) error {
 	for i := range recs {
 		bytes += int64(recs[i].FrameSize())
 	}
-	if err := db.adm.acquire(ctx, len(recs), bytes, false); err != nil {
+	// Bounded like any append, but not rate-limited per anchor: these
+	// records were written (and limited) elsewhere.
+	c := cost{records: len(recs), bytes: bytes}
+	if err := db.adm.acquire(ctx, &c, false); err != nil {
 		return err
 	}
-	defer db.adm.release(len(recs), bytes)
+	defer db.adm.release(&c)
 	req := newRequest()
 	req.verbatim, req.sync = recs, !db.opts.NoSync
 	db.submit(req)

@@ -54,6 +54,19 @@ type Options struct {
 	// RefuseWhenFull refuses an append at once with CAP_002 when the bound is
 	// reached, instead of waiting until its context ends (CAP_001).
 	RefuseWhenFull bool
+	// MaxInFlightPerAnchor, if > 0, also bounds the records in flight for
+	// any one anchor, so one busy anchor cannot take the whole bound.
+	MaxInFlightPerAnchor int
+	// AnchorRate, if > 0, limits each anchor to this many appended records a
+	// second (a token bucket of AnchorBurst records, default max(1,
+	// AnchorRate)); an append beyond it is refused at once with CAP_003 and
+	// a RetryAfter. Duplicates never take tokens.
+	AnchorRate  float64
+	AnchorBurst int
+	// DisableAdmission turns every bound and the rate limit off. It exists
+	// to measure what admission costs (BenchmarkAppendSyncNoAdmission); an
+	// engine without bounds can be driven out of memory.
+	DisableAdmission bool
 
 	// Clock supplies record times. Default time.Now.
 	Clock func() time.Time
@@ -133,6 +146,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errs.New(errs.CodeInvalidInput, "inline value limit %d is negative", o.InlineValueMax)
 	case o.SettleBytes < 0 || o.SettleInterval < 0:
 		return o, errs.New(errs.CodeInvalidInput, "settle thresholds must not be negative")
+	case o.MaxInFlightPerAnchor < 0 || !(o.AnchorRate >= 0) || o.AnchorBurst < 0:
+		return o, errs.New(errs.CodeInvalidInput, "per-anchor bounds and rates must not be negative")
 	case o.MaxInFlightRecords < 1 || o.MaxInFlightBytes < 1:
 		return o, errs.New(errs.CodeInvalidInput, "in-flight bounds must be positive")
 	case o.MaxInFlightBytes > MaxBatchBytes:

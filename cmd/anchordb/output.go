@@ -240,6 +240,11 @@ type errorBody struct {
 	RequestedFingerprint string          `json:"requested_fingerprint,omitempty"`
 
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// A refusal's capacity state.
+	InFlightRecords *int   `json:"in_flight_records,omitempty"`
+	InFlightBytes   *int64 `json:"in_flight_bytes,omitempty"`
+	MaxRecords      int    `json:"max_in_flight_records,omitempty"`
+	MaxBytes        int64  `json:"max_in_flight_bytes,omitempty"`
 
 	Line       int  `json:"line,omitempty"`
 	Imported   *int `json:"imported,omitempty"`
@@ -285,6 +290,14 @@ func errorJSON(err error) errorJSONShape {
 	var re *errs.RefusalError
 	if errors.As(err, &re) {
 		b.RetryAfterMS = re.RetryAfter.Milliseconds()
+		if re.Anchor != "" {
+			b.Anchor = re.Anchor
+		}
+		if re.MaxRecords > 0 {
+			recs, bytes := re.InFlightRecords, re.InFlightBytes
+			b.InFlightRecords, b.InFlightBytes = &recs, &bytes
+			b.MaxRecords, b.MaxBytes = re.MaxRecords, re.MaxBytes
+		}
 	}
 	var fe *engine.ForkError
 	if errors.As(err, &fe) {

@@ -14,7 +14,9 @@ var statsCmd = &command{
 	detail: `With --json one object: the engine's statistics (dir, id, durability, anchors, records,
 damaged_anchors, segment_files, segment_bytes, index_bytes, in_flight_records,
 in_flight_bytes, open_segment_files, clock, snapshots, records_unsnapshotted,
-oldest_unsnapshotted_age_ns, metrics: the engine's counters since this open), "damaged": the read-only anchors and why,
+oldest_unsnapshotted_age_ns, metrics: the engine's counters since this open — groups,
+records, journal syncs and bytes, segment writes, seals, settles, duplicates, refusals by
+code, group_records_p50/p99 and sync_latency_p50/p99_ns), "damaged": the read-only anchors and why,
 and "recovery": what this command's open found ({"clean","rebuilt","events"}).`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
@@ -114,6 +116,11 @@ func printStatsHuman(e *env, s statsJSON) {
 		{"since open", fmt.Sprintf("%d records in %d commit groups, %d journal syncs, %s of journal, %d segment writes, %d seals, %d settles",
 			s.Metrics.Records, s.Metrics.Groups, s.Metrics.JournalSyncs, humanBytes(int64(s.Metrics.JournalBytes)),
 			s.Metrics.SegmentWrites, s.Metrics.Seals, s.Metrics.Settles)},
+		{"commit groups", fmt.Sprintf("p50 %d, p99 %d records (bucket bounds); journal fdatasync p50 %s, p99 %s",
+			s.Metrics.GroupRecordsP50, s.Metrics.GroupRecordsP99, s.Metrics.SyncLatencyP50, s.Metrics.SyncLatencyP99)},
+		{"duplicates", s.Metrics.Duplicates},
+		{"refused", fmt.Sprintf("CAP_001 %d, CAP_002 %d, CAP_003 %d", s.Metrics.Refusals.CapacityExhausted,
+			s.Metrics.Refusals.QueueFull, s.Metrics.Refusals.RateLimited)},
 		{"last close", map[bool]string{true: "clean", false: "unclean (recovery ran)"}[s.Recovery.Clean]},
 	}
 	for _, r := range rows {

@@ -155,6 +155,14 @@ type RefusalError struct {
 	Reason     string
 	RetryAfter time.Duration
 	Message    string
+	// Anchor names the anchor a per-anchor bound or rate limit refused.
+	Anchor string
+	// The capacity state when the refusal was made: records and bytes in
+	// flight, and the bounds.
+	InFlightRecords int
+	InFlightBytes   int64
+	MaxRecords      int
+	MaxBytes        int64
 }
 
 func (r *RefusalError) Error() string {
