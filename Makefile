@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test test-short race conformance bench fuzz lint clean
+.PHONY: all build demo test test-short race conformance bench fuzz fuzz-ci lint clean
 
 all: build
 
@@ -28,11 +28,19 @@ conformance: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m ./bench/
 
-## fuzz: run every fuzz target for FUZZTIME each.
+FUZZPKGS := ./fuzz/ ./cmd/anchordb/
+
+## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=10m).
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./fuzz/ | grep ^Fuzz); do \
-		echo "== $$t"; $(GO) test ./fuzz/ -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for p in $(FUZZPKGS); do \
+		for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
+			echo "== $$p $$t"; $(GO) test $$p -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -parallel 1 || exit 1; \
+		done; \
 	done
+
+## fuzz-ci: every fuzz target for 10 s (CI runs it after make test).
+fuzz-ci:
+	$(MAKE) fuzz FUZZTIME=10s
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -251,7 +251,9 @@ func (v Verified) String() string {
 //
 // Malformed JSON or an unknown kind is INPUT_001; a proof that does not
 // verify is INT_001 (see VerifyInclusionProof). The caller must still check
-// that the root is one it trusts (e.g. from a signed checkpoint).
+// that the anchor, tree size and root are ones it trusts (e.g. from a signed
+// checkpoint): as with any RFC 6962 proof, the size is not bound by the
+// proof alone (the same path can verify for neighbouring sizes).
 func VerifyJSON(data []byte) (Verified, error) {
 	kind, err := detectKind(data)
 	if err != nil {

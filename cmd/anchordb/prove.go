@@ -94,7 +94,8 @@ var verifyProofCmd = &command{
 	summary: "check a proof from prove offline, against the root it carries ('-' reads stdin)",
 	detail: `Checks an inclusion, consistency or frontier-inclusion proof (the JSON prove prints; the
 "kind" field may be absent) with the RFC 9162 algorithms and BLAKE3. Needs no database.
-A proof only shows its root: compare the root with a signed checkpoint before trusting it.
+A proof only shows its root: compare the anchor, size and root with a signed checkpoint
+before trusting it (as with any RFC 6962 proof, the size is not bound by the proof alone).
 
 Exits 0 when the proof verifies, 1 when it does not (INT_001), 2 when the file is not a
 proof (INPUT_001). With --json prints {"ok":true,"kind","description"}.`,
