@@ -24,9 +24,15 @@ conformance: build
 	@command -v jq >/dev/null || { echo "conformance needs jq"; exit 1; }
 	bash ./scripts/conformance.sh
 
-## bench: Go benchmarks with their peers, in one run (see docs/PERFORMANCE.md).
+## bench: the Go benchmarks with their in-process peers, then the harness
+## against every real peer (bench/peers), writing bench/results/ (see
+## docs/PERFORMANCE.md). BENCHCOUNT sets the harness's records per workload.
+BENCHCOUNT ?= 20000
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m ./bench/
+	@mkdir -p bench/results
+	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m ./bench/ | tee bench/results/go-bench.txt
+	sh bench/ratios.sh bench/results/go-bench.txt | tee bench/results/go-ratios.txt
+	cd bench/peers && $(GO) run ./cmd/peerbench --count $(BENCHCOUNT) --out ../results | tee ../results/peers-table.txt
 
 FUZZPKGS := ./fuzz/ ./cmd/anchordb/
 

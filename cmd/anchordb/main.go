@@ -74,6 +74,7 @@ var commands = []*command{
 	compactCmd,
 	rebuildIndexCmd,
 	statsCmd,
+	benchCmd,
 	demoCmd,
 }
 

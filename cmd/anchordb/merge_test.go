@@ -141,3 +141,23 @@ func TestMergeCommand(t *testing.T) {
 		t.Fatalf("root of an empty database: %v", m)
 	}
 }
+
+// TestBenchCommand: `anchordb bench` runs the harness on its systems and
+// prints the results as JSON, writing the files --out names.
+func TestBenchCommand(t *testing.T) {
+	out := t.TempDir()
+	r := mustRun(t, "--json", "bench", "--count", "60", "--writers", "3", "--batch", "20",
+		"--workload", "sync-append,get", "--tmp", t.TempDir(), "--out", out)
+	m := obj(t, r.stdout)
+	rs, ok := m["results"].([]any)
+	if !ok || len(rs) != 6 {
+		t.Fatalf("bench results: %v", m)
+	}
+	for _, name := range []string{"results.json", "results.txt", "sync-append.svg", "get.svg"} {
+		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
+			t.Fatalf("--out: %v", err)
+		}
+	}
+	bad := runCLI(t, "bench", "--systems", "nosuch")
+	wantCode(t, bad, 2)
+}

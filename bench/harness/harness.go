@@ -1,0 +1,344 @@
+// Package harness runs named storage workloads against anchordb and other
+// engines ("systems") in one process, with the same keys, values and
+// durability for each, and reports throughput, latency percentiles, bytes on
+// disk and peak heap as a table, JSON and SVG charts.
+//
+// The systems of the main module (anchordb, Pebble, a plain fdatasync'd
+// file) live in this package; engines that would grow anchordb's dependency
+// graph (Badger, immudb, Tessera) live in the nested module bench/peers,
+// whose peerbench command runs every system side by side.
+package harness
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// System is one storage engine under test. Put must return only once the
+// record is durable (acknowledged after fsync), the same for every system.
+type System interface {
+	Name() string
+	Put(ctx context.Context, writer int, key, value []byte) error
+	Close() error
+}
+
+// Batcher appends many records durably in one call.
+type Batcher interface {
+	PutBatch(ctx context.Context, keys, values [][]byte) error
+}
+
+// NoSyncer appends a record that need not be durable on return (each
+// system's weakest acknowledged mode; see the system's doc).
+type NoSyncer interface {
+	PutNoSync(ctx context.Context, writer int, key, value []byte) error
+}
+
+// Getter reads the latest value of a key.
+type Getter interface {
+	Get(ctx context.Context, key []byte) ([]byte, error)
+}
+
+// Opener makes a system in a fresh directory.
+type Opener struct {
+	Name string
+	Open func(dir string) (System, error)
+}
+
+// Config sizes a run.
+type Config struct {
+	Writers   int // concurrent writers of the append workloads
+	ValueSize int
+	Count     int // records per workload and system
+	BatchSize int
+	Dir       string // parent of the systems' directories ("" = a temp dir)
+}
+
+// Workloads are the names Run understands, in report order.
+var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get"}
+
+// Result is one system on one workload.
+type Result struct {
+	Workload   string  `json:"workload"`
+	System     string  `json:"system"`
+	Records    int     `json:"records"`
+	Seconds    float64 `json:"seconds"`
+	RecordsSec float64 `json:"records_per_sec"`
+	// Latency of one operation (a record, or a batch for batch-sync).
+	P50us      float64 `json:"p50_us"`
+	P99us      float64 `json:"p99_us"`
+	P999us     float64 `json:"p999_us"`
+	DiskBytes  int64   `json:"disk_bytes"`
+	PeakHeapMB float64 `json:"peak_heap_mb"` // sampled runtime HeapInuse during the run
+	Skipped    string  `json:"skipped,omitempty"`
+}
+
+// Key and value of record i: 16-byte keys in random order (the SplitMix64
+// finalizer of i, then i), values of size bytes of pseudo-random data.
+func Key(i uint64) []byte {
+	k := make([]byte, 16)
+	binary.BigEndian.PutUint64(k, mix(i))
+	binary.BigEndian.PutUint64(k[8:], i)
+	return k
+}
+
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Value returns a value of n bytes for record i.
+func Value(i uint64, n int) []byte {
+	v := make([]byte, n)
+	r := rand.New(rand.NewPCG(i, 0x5eed))
+	for j := 0; j < n; j += 8 {
+		var w [8]byte
+		binary.LittleEndian.PutUint64(w[:], r.Uint64())
+		copy(v[j:], w[:])
+	}
+	return v
+}
+
+// Run runs each workload against each system, each in a fresh directory.
+// A system that lacks a workload's capability is reported as skipped.
+func Run(ctx context.Context, cfg Config, openers []Opener, workloads []string, progress func(Result)) ([]Result, error) {
+	if cfg.Writers < 1 || cfg.Count < 1 || cfg.ValueSize < 1 || cfg.BatchSize < 1 {
+		return nil, errors.New("harness: writers, count, value size and batch size must be positive")
+	}
+	root := cfg.Dir
+	if root == "" {
+		d, err := os.MkdirTemp("", "anchordb-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		root = d
+	}
+	var out []Result
+	for _, w := range workloads {
+		if !slices.Contains(Workloads, w) {
+			return out, fmt.Errorf("harness: unknown workload %q (have %v)", w, Workloads)
+		}
+		for _, o := range openers {
+			if err := ctx.Err(); err != nil {
+				return out, err
+			}
+			dir := filepath.Join(root, w+"-"+o.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return out, err
+			}
+			r, err := runOne(ctx, cfg, o, w, dir)
+			if err != nil {
+				return out, fmt.Errorf("%s on %s: %w", w, o.Name, err)
+			}
+			r.DiskBytes = du(dir)
+			_ = os.RemoveAll(dir)
+			out = append(out, r)
+			if progress != nil {
+				progress(r)
+			}
+		}
+	}
+	return out, nil
+}
+
+func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, error) {
+	res := Result{Workload: w, System: o.Name}
+	sys, err := o.Open(dir)
+	if err != nil {
+		return res, err
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = sys.Close()
+		}
+	}()
+	var lat []time.Duration
+	var elapsed time.Duration
+	var peak float64
+	switch w {
+	case "sync-append":
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			return parallel(ctx, cfg.Writers, cfg.Count, func(wr int, i uint64) error {
+				return sys.Put(ctx, wr, Key(i), Value(i, cfg.ValueSize))
+			})
+		})
+		res.Records = cfg.Count
+	case "nosync-append":
+		ns, ok := sys.(NoSyncer)
+		if !ok {
+			res.Skipped = "no non-durable append"
+			return res, nil
+		}
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			return parallel(ctx, 1, cfg.Count, func(wr int, i uint64) error {
+				return ns.PutNoSync(ctx, wr, Key(i), Value(i, cfg.ValueSize))
+			})
+		})
+		res.Records = cfg.Count
+	case "batch-sync":
+		bt, ok := sys.(Batcher)
+		if !ok {
+			res.Skipped = "no batch append"
+			return res, nil
+		}
+		batches := max(1, cfg.Count/cfg.BatchSize)
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			return parallel(ctx, 1, batches, func(_ int, b uint64) error {
+				keys := make([][]byte, cfg.BatchSize)
+				vals := make([][]byte, cfg.BatchSize)
+				for j := range keys {
+					i := b*uint64(cfg.BatchSize) + uint64(j)
+					keys[j], vals[j] = Key(i), Value(i, cfg.ValueSize)
+				}
+				return bt.PutBatch(ctx, keys, vals)
+			})
+		})
+		res.Records = batches * cfg.BatchSize
+	case "get":
+		g, ok := sys.(Getter)
+		bt, okb := sys.(Batcher)
+		if !ok || !okb {
+			res.Skipped = "no point reads"
+			return res, nil
+		}
+		for b := 0; b < cfg.Count; b += cfg.BatchSize {
+			var keys, vals [][]byte
+			for i := b; i < min(cfg.Count, b+cfg.BatchSize); i++ {
+				keys, vals = append(keys, Key(uint64(i))), append(vals, Value(uint64(i), cfg.ValueSize))
+			}
+			if err := bt.PutBatch(ctx, keys, vals); err != nil {
+				return res, fmt.Errorf("load: %w", err)
+			}
+		}
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			return parallel(ctx, 1, cfg.Count, func(_ int, i uint64) error {
+				j := mix(i) % uint64(cfg.Count) // a fixed random order
+				v, err := g.Get(ctx, Key(j))
+				if err != nil {
+					return fmt.Errorf("get %d: %w", j, err)
+				}
+				if len(v) != cfg.ValueSize {
+					return fmt.Errorf("get %d: %d bytes, want %d", j, len(v), cfg.ValueSize)
+				}
+				return nil
+			})
+		})
+		res.Records = cfg.Count
+	}
+	if err != nil {
+		return res, err
+	}
+	closed = true
+	if err := sys.Close(); err != nil {
+		return res, fmt.Errorf("close: %w", err)
+	}
+	res.Seconds = elapsed.Seconds()
+	res.RecordsSec = float64(res.Records) / res.Seconds
+	res.P50us, res.P99us, res.P999us = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999)
+	res.PeakHeapMB = peak
+	return res, nil
+}
+
+// measure runs fn while sampling the heap every 10 ms.
+func measure(fn func() ([]time.Duration, error)) ([]time.Duration, time.Duration, float64, error) {
+	runtime.GC()
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var ms runtime.MemStats
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	start := time.Now()
+	lat, err := fn()
+	elapsed := time.Since(start)
+	close(stop)
+	wg.Wait()
+	return lat, elapsed, float64(peak.Load()) / (1 << 20), err
+}
+
+// parallel runs op(writer, i) for i in [0, n) on the writers, each taking
+// the next i, and returns every operation's latency.
+func parallel(ctx context.Context, writers, n int, op func(writer int, i uint64) error) ([]time.Duration, error) {
+	lat := make([]time.Duration, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr error
+	var once sync.Once
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) || ctx.Err() != nil {
+					return
+				}
+				t := time.Now()
+				if err := op(w, uint64(i)); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+				lat[i] = time.Since(t)
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return lat, firstErr
+}
+
+func pct(lat []time.Duration, q float64) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	i := int(q * float64(len(s)-1))
+	return float64(s[i].Nanoseconds()) / 1e3
+}
+
+// du is the bytes of every file under dir.
+func du(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,97 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunSmall runs every workload on the main module's systems at a tiny
+// size and checks the report holds together: counts, ordered percentiles,
+// skips where a system lacks the capability, and files that parse.
+func TestRunSmall(t *testing.T) {
+	cfg := Config{Writers: 4, ValueSize: 100, Count: 200, BatchSize: 50, Dir: t.TempDir()}
+	rs, err := Run(context.Background(), cfg, MainOpeners(), Workloads, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != len(Workloads)*len(MainOpeners()) {
+		t.Fatalf("%d results, want %d", len(rs), len(Workloads)*len(MainOpeners()))
+	}
+	for _, r := range rs {
+		if r.Skipped != "" {
+			if r.System != "file+fdatasync" || r.Workload != "get" {
+				t.Fatalf("%s on %s skipped: %s", r.Workload, r.System, r.Skipped)
+			}
+			continue
+		}
+		if r.Records != cfg.Count || r.RecordsSec <= 0 || r.Seconds <= 0 {
+			t.Fatalf("%s on %s: %+v", r.Workload, r.System, r)
+		}
+		if !(r.P50us <= r.P99us && r.P99us <= r.P999us) || r.P999us <= 0 {
+			t.Fatalf("%s on %s: percentiles out of order: %+v", r.Workload, r.System, r)
+		}
+		if r.DiskBytes <= 0 || r.PeakHeapMB <= 0 {
+			t.Fatalf("%s on %s: no disk or heap figure: %+v", r.Workload, r.System, r)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if err := WriteAll(out, cfg, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range Workloads {
+		f, err := os.Open(filepath.Join(out, w+".svg"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := xml.NewDecoder(f)
+		rects := 0
+		for {
+			tok, err := dec.Token()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s.svg is not XML: %v", w, err)
+			}
+			if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+				rects++
+			}
+		}
+		f.Close()
+		if rects < 2 {
+			t.Fatalf("%s.svg has %d bars", w, rects)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct{ Results []Result }
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Results) != len(rs) {
+		t.Fatalf("results.json: %v (%d results)", err, len(back.Results))
+	}
+	var tb strings.Builder
+	Table(&tb, rs)
+	for _, o := range MainOpeners() {
+		if !strings.Contains(tb.String(), o.Name) {
+			t.Fatalf("table lacks %s:\n%s", o.Name, tb.String())
+		}
+	}
+}
+
+func TestRunRefusesBadConfig(t *testing.T) {
+	if _, err := Run(context.Background(), Config{}, MainOpeners(), Workloads, nil); err == nil {
+		t.Fatal("a zero config ran")
+	}
+	cfg := Config{Writers: 1, ValueSize: 1, Count: 1, BatchSize: 1, Dir: t.TempDir()}
+	if _, err := Run(context.Background(), cfg, MainOpeners(), []string{"nonsense"}, nil); err == nil {
+		t.Fatal("an unknown workload ran")
+	}
+}

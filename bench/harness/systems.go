@@ -1,0 +1,219 @@
+package harness
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
+	"golang.org/x/sys/unix"
+)
+
+// Anchors is how many anchors anchordb spreads a run's writers over (record
+// i goes to anchor i mod Anchors, so a group commit touches many anchors).
+const Anchors = 16
+
+// OpenAnchorDB opens anchordb with its defaults: sync appends are durable
+// in the group-committed journal on return; NoSync appends have reached the
+// OS.
+func OpenAnchorDB(dir string) (System, error) {
+	db, err := engine.Open(filepath.Join(dir, "db"), engine.Options{})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, Anchors)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("anchor-%02d", i)
+	}
+	return &anchorDB{db: db, ids: ids}, nil
+}
+
+type anchorDB struct {
+	db  *engine.DB
+	ids []string
+	n   uint64
+	mu  sync.Mutex
+}
+
+func (a *anchorDB) Name() string { return "anchordb" }
+
+func (a *anchorDB) anchor(key []byte) string {
+	return a.ids[binary.BigEndian.Uint64(key[8:])%Anchors]
+}
+
+func (a *anchorDB) Put(ctx context.Context, _ int, key, value []byte) error {
+	_, err := a.db.Put(ctx, a.anchor(key), key, value)
+	return err
+}
+
+func (a *anchorDB) PutNoSync(ctx context.Context, _ int, key, value []byte) error {
+	_, err := a.db.Put(ctx, a.anchor(key), key, value, engine.WithNoSync(true))
+	return err
+}
+
+// PutBatch appends the batch to one anchor (the anchor of its first key),
+// atomically, as AppendBatch does.
+func (a *anchorDB) PutBatch(ctx context.Context, keys, values [][]byte) error {
+	es := make([]engine.Entry, len(keys))
+	anchor := a.anchor(keys[0])
+	for i := range keys {
+		es[i] = engine.Entry{Anchor: anchor, Type: segment.TypePut, Key: keys[i], Value: values[i]}
+	}
+	_, err := a.db.AppendBatch(ctx, es)
+	return err
+}
+
+func (a *anchorDB) Get(ctx context.Context, key []byte) ([]byte, error) {
+	v, err := a.db.Get(ctx, key)
+	return v.Value, err
+}
+
+func (a *anchorDB) Close() error { return a.db.Close() }
+
+// OpenPebble opens Pebble v2 with default options; Put commits with
+// pebble.Sync (its WAL group-commits concurrent writers), PutNoSync with
+// pebble.NoSync.
+func OpenPebble(dir string) (System, error) {
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	if err != nil {
+		return nil, err
+	}
+	return &pebbleDB{db: db}, nil
+}
+
+type pebbleDB struct{ db *pebble.DB }
+
+func (p *pebbleDB) Name() string { return "pebble" }
+func (p *pebbleDB) Put(_ context.Context, _ int, key, value []byte) error {
+	return p.db.Set(key, value, pebble.Sync)
+}
+func (p *pebbleDB) PutNoSync(_ context.Context, _ int, key, value []byte) error {
+	return p.db.Set(key, value, pebble.NoSync)
+}
+func (p *pebbleDB) PutBatch(_ context.Context, keys, values [][]byte) error {
+	b := p.db.NewBatch()
+	for i := range keys {
+		_ = b.Set(keys[i], values[i], nil)
+	}
+	return b.Commit(pebble.Sync)
+}
+func (p *pebbleDB) Get(_ context.Context, key []byte) ([]byte, error) {
+	v, closer, err := p.db.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), v...)
+	return out, closer.Close()
+}
+func (p *pebbleDB) Close() error { return p.db.Close() }
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// OpenFile is the physical floor: records appended to one file, each Put
+// durable by fdatasync. The file is preallocated in 64 MiB steps (as
+// anchordb's journal, Pebble's WAL and most logs do), so a sync writes data,
+// not a new file size. Concurrent writers share syncs (a writer whose bytes
+// a sync already covered does not sync again), as a group commit would;
+// nothing is indexed, hashed or readable by key.
+func OpenFile(dir string) (System, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &plainFile{f: f}, nil
+}
+
+const fileChunk = 64 << 20
+
+type plainFile struct {
+	mu     sync.Mutex // serialises writes
+	f      *os.File
+	end    int64      // bytes written
+	alloc  int64      // bytes preallocated
+	syncMu sync.Mutex // serialises syncs
+	synced int64
+	buf    []byte
+}
+
+func (p *plainFile) Name() string { return "file+fdatasync" }
+
+func (p *plainFile) write(keys, values [][]byte) (int64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.buf[:0]
+	for i := range keys {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(keys[i])))
+		b = append(b, keys[i]...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(values[i])))
+		b = append(b, values[i]...)
+	}
+	p.buf = b
+	for p.end+int64(len(b)) > p.alloc {
+		if err := unix.Fallocate(int(p.f.Fd()), 0, p.alloc, fileChunk); err != nil {
+			return p.end, err
+		}
+		// The new size must be durable before syncs rely on data alone.
+		if err := p.f.Sync(); err != nil {
+			return p.end, err
+		}
+		p.alloc += fileChunk
+	}
+	n, err := p.f.WriteAt(b, p.end)
+	p.end += int64(n)
+	return p.end, err
+}
+
+func (p *plainFile) sync(upTo int64) error {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	if p.synced >= upTo {
+		return nil
+	}
+	p.mu.Lock()
+	end := p.end
+	p.mu.Unlock()
+	if err := unix.Fdatasync(int(p.f.Fd())); err != nil {
+		return err
+	}
+	p.synced = end
+	return nil
+}
+
+func (p *plainFile) Put(_ context.Context, _ int, key, value []byte) error {
+	end, err := p.write([][]byte{key}, [][]byte{value})
+	if err != nil {
+		return err
+	}
+	return p.sync(end)
+}
+
+func (p *plainFile) PutNoSync(_ context.Context, _ int, key, value []byte) error {
+	_, err := p.write([][]byte{key}, [][]byte{value})
+	return err
+}
+
+func (p *plainFile) PutBatch(_ context.Context, keys, values [][]byte) error {
+	end, err := p.write(keys, values)
+	if err != nil {
+		return err
+	}
+	return p.sync(end)
+}
+
+func (p *plainFile) Close() error { return p.f.Close() }
+
+// MainOpeners are the systems of the main module.
+func MainOpeners() []Opener {
+	return []Opener{{"anchordb", OpenAnchorDB}, {"pebble", OpenPebble}, {"file+fdatasync", OpenFile}}
+}

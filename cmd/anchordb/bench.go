@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/anchordb/anchordb/bench/harness"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/spf13/pflag"
+)
+
+var benchCmd = &command{
+	name:    "bench",
+	summary: "run named workloads against anchordb and its peers in this process: throughput, latency percentiles, disk, heap",
+	detail: `Runs each workload (sync-append, batch-sync, nosync-append, get; --workload picks some)
+against anchordb, Pebble (Set with pebble.Sync) and a plain file with fdatasync (the
+physical floor), each in a fresh directory under --tmp (default: the system's temp
+directory), with the same keys, values and durability. Prints a table with every
+system's records/s, p50/p99/p999 latency, bytes on disk and peak heap, and anchordb's
+throughput as a ratio to each peer. --out DIR also writes results.json, results.txt
+and one SVG chart per workload. Needs no database (--dir is ignored).
+
+The peers that would add to anchordb's dependencies — Badger, immudb, Tessera — are
+in the nested module bench/peers: 'cd bench/peers && go run ./cmd/peerbench' takes the
+same flags and runs every system (make bench does).`,
+	minArgs: 0, maxArgs: 0,
+	setup: func(fs *pflag.FlagSet) runFunc {
+		cfg := harness.Config{}
+		var workloads, out, systems string
+		fs.IntVar(&cfg.Writers, "writers", 64, "concurrent writers of sync-append")
+		fs.IntVar(&cfg.ValueSize, "value-size", 100, "value bytes")
+		fs.IntVar(&cfg.Count, "count", 20000, "records per workload and system")
+		fs.IntVar(&cfg.BatchSize, "batch", 1000, "records per batch (batch-sync, and loading for get)")
+		fs.StringVar(&cfg.Dir, "tmp", "", "parent directory of the systems' directories")
+		fs.StringVar(&workloads, "workload", strings.Join(harness.Workloads, ","), "comma-separated workloads")
+		fs.StringVar(&systems, "systems", "anchordb,pebble,file+fdatasync", "comma-separated systems")
+		fs.StringVar(&out, "out", "", "write results.json, results.txt and SVG charts here")
+		return func(e *env, _ []string) error {
+			openers, err := pickSystems(harness.MainOpeners(), systems)
+			if err != nil {
+				return err
+			}
+			rs, err := harness.Run(e.ctx, cfg, openers, strings.Split(workloads, ","), func(r harness.Result) {
+				switch {
+				case e.g.json || e.g.quiet:
+				case r.Skipped != "":
+					fmt.Fprintf(e.stderr, "  %s on %s: skipped (%s)\n", r.Workload, r.System, r.Skipped)
+				default:
+					fmt.Fprintf(e.stderr, "  %s on %s: %.0f records/s\n", r.Workload, r.System, r.RecordsSec)
+				}
+			})
+			if err != nil {
+				return errs.Wrap(errs.CodeInvalidInput, err, "bench")
+			}
+			if out != "" {
+				if err := harness.WriteAll(out, cfg, rs); err != nil {
+					return errs.Wrap(errs.CodeWriteFailed, err, "write results to %s", out)
+				}
+			}
+			if e.g.json {
+				e.out.json(map[string]any{"config": cfg, "results": rs})
+				return nil
+			}
+			var b strings.Builder
+			harness.Table(&b, rs)
+			for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+				e.out.linef("%s", line)
+			}
+			return nil
+		}
+	},
+}
+
+// pickSystems returns the openers named in the comma-separated list.
+func pickSystems(all []harness.Opener, list string) ([]harness.Opener, error) {
+	var out []harness.Opener
+	for _, name := range strings.Split(list, ",") {
+		found := false
+		for _, o := range all {
+			if o.Name == strings.TrimSpace(name) {
+				out, found = append(out, o), true
+			}
+		}
+		if !found {
+			return nil, errs.New(errs.CodeInvalidInput, "unknown system %q", name)
+		}
+	}
+	return out, nil
+}
