@@ -489,30 +489,19 @@ func versionKind(v []byte) int {
 // state at its frontier: each must lie within that frontier and say what the
 // record at its seq says.
 func (v *verifier) checkDeferred() {
-	for _, r := range v.deferred {
-		if v.halted() {
-			return
-		}
-		c := v.byID[r.anchor]
-		if c == nil || !c.complete {
-			continue
-		}
-		ve, _ := decodeVersionEntry(r.value)
-		bad := func(format string, args ...any) {
-			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, "'k' row of seq %d without a location: "+format, append([]any{ve.Seq}, args...)...)
-		}
+	v.eachVersionRow(v.deferred, "'k' row of seq %d without a location", func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool {
 		if ve.Seq > v.histFrom[r.anchor] {
 			bad("no rebuild from a snapshot covers it (the rebuilt range ends at seq %d)", v.histFrom[r.anchor])
-			continue
+			return true
 		}
 		row, ok, err := c.rowAt(ve.Seq)
 		if err != nil {
 			v.fail(err)
-			return
+			return false
 		}
 		if !ok || row.Size == 0 {
 			bad("its record is not in a segment")
-			continue
+			return true
 		}
 		fr := v.db.newFrameReader(r.anchor)
 		rec, err := fr.read(ve.Seq, row)
@@ -522,12 +511,13 @@ func (v *verifier) checkDeferred() {
 			bad("its record cannot be read: %v", err)
 		case rec.Hash != ve.Hash || rec.Time != ve.Time:
 			bad("it says hash %s; the record has %s", ve.Hash, rec.Hash)
-		case !bytes.Equal(r.key, versionKey(rec.Key, rec.Counter, r.anchor)):
-			bad("its key does not name the record's key and counter")
-		case (rec.Type == segment.TypeDelete) != (ve.Type == verDelete) || (ve.Inline && !bytes.Equal(ve.Value, rec.Value)):
-			bad("it does not say what the record says")
+		default:
+			if why := versionDiffers(r, ve, &rec); why != "" {
+				bad("%s", why)
+			}
 		}
-	}
+		return true
+	})
 }
 
 // retainedRow is a 'k' row of a truncated record, checked by checkRetained.
@@ -540,27 +530,17 @@ type retainedRow struct {
 // each must be the record kept in its 'r' row — whose hash is the one the
 // chain has at that seq — with its key, counter, type and value.
 func (v *verifier) checkRetained() {
-	for _, r := range v.retained {
-		if v.halted() {
-			return
-		}
-		c := v.byID[r.anchor]
-		if c == nil || !c.complete {
-			continue
-		}
-		ve, _ := decodeVersionEntry(r.value)
-		bad := func(format string, args ...any) {
-			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, "'k' row kept for truncated seq %d: "+format, append([]any{ve.Seq}, args...)...)
-		}
+	v.eachVersionRow(v.retained, "'k' row kept for truncated seq %d", func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool {
 		frame, closer, err := v.snap.Get(retainedKey(r.anchor, ve.Seq))
 		if errors.Is(err, pebble.ErrNotFound) {
 			bad("no 'r' row holds the record")
-			continue
+			return true
 		}
 		if err != nil {
 			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "read index"))
-			return
+			return false
 		}
+		defer closer.Close()
 		rec, n, err := segment.ParseFrame(r.anchor, frame)
 		var ok bool
 		var row seqEntry
@@ -574,11 +554,46 @@ func (v *verifier) checkRetained() {
 			bad("its 'r' row holds seq %d", rec.Seq)
 		case !ok || row.Hash != rec.Hash || ve.Hash != rec.Hash:
 			bad("the record kept has hash %s; the chain has %s", rec.Hash, row.Hash)
-		case !bytes.Equal(r.key, versionKey(rec.Key, rec.Counter, r.anchor)):
-			bad("its key does not name the record's key and counter")
-		case (rec.Type == segment.TypeDelete) != (ve.Type == verDelete) || (ve.Type == verPut && (!ve.Inline || !bytes.Equal(ve.Value, rec.Value))):
-			bad("it does not say what the record says")
+		case ve.Type == verPut && !ve.Inline:
+			bad("it does not hold the value inline")
+		default:
+			if why := versionDiffers(r, ve, &rec); why != "" {
+				bad("%s", why)
+			}
 		}
-		closer.Close()
+		return true
+	})
+}
+
+// eachVersionRow calls check for each row of a fully checked anchor, with a
+// report function whose message starts with what (which formats the seq).
+// check returns false to stop.
+func (v *verifier) eachVersionRow(rows []retainedRow, what string, check func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool) {
+	for _, r := range rows {
+		if v.halted() {
+			return
+		}
+		c := v.byID[r.anchor]
+		if c == nil || !c.complete {
+			continue
+		}
+		ve, _ := decodeVersionEntry(r.value)
+		bad := func(format string, args ...any) {
+			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, what+": "+format, append([]any{ve.Seq}, args...)...)
+		}
+		if !check(c, r, ve, bad) {
+			return
+		}
 	}
+}
+
+// versionDiffers says how a 'k' row disagrees with its record, or "".
+func versionDiffers(r retainedRow, ve versionEntry, rec *segment.Record) string {
+	switch {
+	case !bytes.Equal(r.key, versionKey(rec.Key, rec.Counter, r.anchor)):
+		return "its key does not name the record's key and counter"
+	case (rec.Type == segment.TypeDelete) != (ve.Type == verDelete) || (ve.Inline && !bytes.Equal(ve.Value, rec.Value)):
+		return "it does not say what the record says"
+	}
+	return ""
 }
