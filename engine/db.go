@@ -92,6 +92,10 @@ type DB struct {
 	settler     sync.WaitGroup // the settle loop
 	cutsMu      sync.Mutex
 	cuts        map[string]uint64 // anchor → first seq still in a segment (cutOf)
+	// histFrom is the frontier below which a rebuild from a snapshot indexed
+	// only the snapshot's state (metaHistoryFrom); nil when every version is
+	// indexed. Set at open, read-only after.
+	histFrom map[string]uint64
 	settleMu    sync.Mutex        // one settle at a time
 	compactMu   sync.Mutex        // one compaction at a time
 
@@ -174,6 +178,9 @@ func (db *DB) open() error {
 		if err := db.initIndex(); err != nil {
 			return err
 		}
+	}
+	if db.histFrom, err = loadHistoryFrom(db.index); err != nil {
+		return err
 	}
 	clean, _, err := db.metaUint(metaClean)
 	if err != nil {

@@ -200,6 +200,16 @@ func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version,
 			return Version{}, e
 		}
 	}
+	// A rebuild from a snapshot indexed the state at the snapshot's frontier,
+	// not the versions below it: the state at a frontier that does not
+	// contain the snapshot's is not known (a full rebuild brings it back).
+	for id, seq := range db.histFrom {
+		if f[id] < seq {
+			e := errs.New(errs.CodeDependencyMissing, "the frontier names seq %d of anchor %q; the index was rebuilt from a snapshot at seq %d and holds no older versions (run rebuild-index without --from-snapshot)", f[id], id, seq)
+			e.Anchor, e.Seq = id, f[id]
+			return Version{}, e
+		}
+	}
 	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
 		return Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
 	}

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/anchordb/anchordb/merge"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -93,6 +96,11 @@ func TestRebuildFromSnapshotMatchesFullReplay(t *testing.T) {
 				if h := heads[info.ID]; h.Records != info.Records || h.HeadHash != info.HeadHash || h.LastCounter != info.LastCounter || h.Segments != info.Segments {
 					t.Fatalf("anchor %s: before %+v, after %+v", info.ID, h, info)
 				}
+			}
+			// The state at a frontier older than the snapshot's is not in
+			// the rebuilt index: refused, not answered wrongly.
+			if _, err := db.GetAt(ctx, []byte("k001"), merge.Frontier{"a0": 1}); !errors.Is(err, ErrDependencyMissing) {
+				t.Fatalf("GetAt below the rebuilt frontier: %v, want STATE_003", err)
 			}
 			// Idempotency keys survive; writes continue the chains.
 			r, err := db.Append(ctx, Entry{Anchor: "a1", Type: "put", Key: []byte("k001"), Value: []byte("tail1"), IdempotencyKey: []byte("t1")})
