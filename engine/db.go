@@ -95,9 +95,9 @@ type DB struct {
 	// histFrom is the frontier below which a rebuild from a snapshot indexed
 	// only the snapshot's state (metaHistoryFrom); nil when every version is
 	// indexed. Set at open, read-only after.
-	histFrom map[string]uint64
-	settleMu    sync.Mutex        // one settle at a time
-	compactMu   sync.Mutex        // one compaction at a time
+	histFrom  map[string]uint64
+	settleMu  sync.Mutex // one settle at a time
+	compactMu sync.Mutex // one compaction at a time
 
 	recoveryMu sync.Mutex
 	recovery   RecoveryReport // what Open found; damage found later is added
