@@ -78,7 +78,11 @@ func TestKillRecovery(t *testing.T) {
 			mode = "nosync"
 		}
 		delay := time.Duration(10+rng.IntN(291)) * time.Millisecond
-		receipts, stderr := runKilledChild(t, dir, mode, round, delay)
+		// Odd rounds count the delay from the child's first receipt, so a
+		// machine slow to start processes still kills children mid-write;
+		// even rounds count it from the start, so some kills land in Open
+		// and recovery.
+		receipts, stderr := runKilledChild(t, dir, mode, round, delay, round%2 == 1)
 		total += len(receipts)
 		t.Logf("round %d (%s): killed after %v with %d receipts printed", round, mode, delay, len(receipts))
 		for _, r := range receipts {
@@ -121,9 +125,10 @@ func TestKillRecovery(t *testing.T) {
 	t.Logf("%d rounds, %d receipts, %v", rounds, total, time.Since(began).Round(time.Millisecond))
 }
 
-// runKilledChild starts a child appending to dir, SIGKILLs it after delay and
-// returns the receipts it printed in whole lines.
-func runKilledChild(t *testing.T, dir, mode string, round int, delay time.Duration) ([]Receipt, string) {
+// runKilledChild starts a child appending to dir, SIGKILLs it after delay
+// (counted from its first receipt when afterFirst is set) and returns the
+// receipts it printed in whole lines.
+func runKilledChild(t *testing.T, dir, mode string, round int, delay time.Duration, afterFirst bool) ([]Receipt, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillRecovery$", "-test.count=1")
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d", killEnv, dir, mode, round))
@@ -139,6 +144,8 @@ func runKilledChild(t *testing.T, dir, mode string, round int, delay time.Durati
 	var receipts []Receipt
 	var parseErr error
 	done := make(chan struct{})
+	first := make(chan struct{})
+	var firstOnce sync.Once
 	go func() {
 		defer close(done)
 		br := bufio.NewReader(stdout)
@@ -163,8 +170,16 @@ func runKilledChild(t *testing.T, dir, mode string, round int, delay time.Durati
 				continue
 			}
 			receipts = append(receipts, r)
+			firstOnce.Do(func() { close(first) })
 		}
 	}()
+	if afterFirst {
+		select {
+		case <-first:
+		case <-done:
+		case <-time.After(time.Minute):
+		}
+	}
 	time.Sleep(delay)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	<-done
