@@ -297,9 +297,13 @@ func (db *DB) retained(anchor string, seq uint64, hash segment.Hash) (segment.Re
 	return rec.Clone(), nil
 }
 
-// readFrame reads and checks one record.
+// readFrame reads and checks one record. It reads the frame alone: a
+// single record's neighbours are rarely wanted next (the versions of a key
+// lie in many anchors and segments), and reading ahead 256 KiB for each
+// made History and Get of out-of-line values cost a large read apiece.
 func (db *DB) readFrame(_ context.Context, anchor string, seq uint64, e seqEntry) (segment.Record, error) {
 	fr := db.newFrameReader(anchor)
+	fr.readAhead = 0
 	defer fr.close()
 	return fr.read(seq, e)
 }

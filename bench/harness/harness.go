@@ -49,6 +49,36 @@ type Getter interface {
 	Get(ctx context.Context, key []byte) ([]byte, error)
 }
 
+// Historian keeps every version of a key and reads them back, newest first.
+type Historian interface {
+	// PutVersions appends, durably and as one batch, a new version of each
+	// key.
+	PutVersions(ctx context.Context, keys, values [][]byte) error
+	// History reads every version of key and returns how many there were.
+	History(ctx context.Context, key []byte) (int, error)
+}
+
+// Merger reads every record loaded in the deterministic merged order (SPEC
+// §1) and returns how many it read.
+type Merger interface {
+	Merge(ctx context.Context) (int, error)
+}
+
+// Verifier checks every record loaded (hash chains, proofs, index) and
+// returns how many it checked.
+type Verifier interface {
+	Verify(ctx context.Context) (int, error)
+}
+
+// Snapshotter writes the current state (the newest value of every key) to a
+// compressed snapshot and returns how many keys it holds.
+type Snapshotter interface {
+	Snapshot(ctx context.Context) (int, error)
+}
+
+// HistoryVersions is how many versions each key of the history workload has.
+const HistoryVersions = 8
+
 // Opener makes a system in a fresh directory.
 type Opener struct {
 	Name string
@@ -65,7 +95,7 @@ type Config struct {
 }
 
 // Workloads are the names Run understands, in report order.
-var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get"}
+var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get", "history", "merge", "verify", "snapshot"}
 
 // Result is one system on one workload.
 type Result struct {
@@ -74,7 +104,9 @@ type Result struct {
 	Records    int     `json:"records"`
 	Seconds    float64 `json:"seconds"`
 	RecordsSec float64 `json:"records_per_sec"`
-	// Latency of one operation (a record, or a batch for batch-sync).
+	// Latency of one operation: a record; a batch for batch-sync; one key's
+	// whole history for history (whose records are versions read); the
+	// whole pass for merge, verify and snapshot (one operation each).
 	P50us      float64 `json:"p50_us"`
 	P99us      float64 `json:"p99_us"`
 	P999us     float64 `json:"p999_us"`
@@ -161,6 +193,10 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 	if err != nil {
 		return res, err
 	}
+	if l, ok := sys.(interface{ Workloads() []string }); ok && !slices.Contains(l.Workloads(), w) {
+		res.Skipped = "not a peer for this workload"
+		return res, sys.Close()
+	}
 	closed := false
 	defer func() {
 		if !closed {
@@ -216,14 +252,8 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 			res.Skipped = "no point reads"
 			return res, nil
 		}
-		for b := 0; b < cfg.Count; b += cfg.BatchSize {
-			var keys, vals [][]byte
-			for i := b; i < min(cfg.Count, b+cfg.BatchSize); i++ {
-				keys, vals = append(keys, Key(uint64(i))), append(vals, Value(uint64(i), cfg.ValueSize))
-			}
-			if err := bt.PutBatch(ctx, keys, vals); err != nil {
-				return res, fmt.Errorf("load: %w", err)
-			}
+		if err := load(ctx, bt, cfg); err != nil {
+			return res, fmt.Errorf("load: %w", err)
 		}
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
 			return parallel(ctx, 1, cfg.Count, func(_ int, i uint64) error {
@@ -239,6 +269,55 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 			})
 		})
 		res.Records = cfg.Count
+	case "history":
+		h, ok := sys.(Historian)
+		if !ok {
+			res.Skipped = "no versions kept"
+			return res, nil
+		}
+		keys := max(1, cfg.Count/HistoryVersions)
+		if err := loadVersions(ctx, h, keys, cfg); err != nil {
+			return res, fmt.Errorf("load: %w", err)
+		}
+		var versions atomic.Int64
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			return parallel(ctx, 1, keys, func(_ int, i uint64) error {
+				j := mix(i) % uint64(keys)
+				n, err := h.History(ctx, Key(j))
+				if err != nil {
+					return fmt.Errorf("history %d: %w", j, err)
+				}
+				if n != HistoryVersions {
+					return fmt.Errorf("history %d: %d versions, want %d", j, n, HistoryVersions)
+				}
+				versions.Add(int64(n))
+				return nil
+			})
+		})
+		res.Records = int(versions.Load())
+	case "merge", "verify", "snapshot":
+		pass, ok := wholePass(sys, w)
+		bt, okb := sys.(Batcher)
+		if !ok || !okb {
+			res.Skipped = "no " + w
+			return res, nil
+		}
+		if err := load(ctx, bt, cfg); err != nil {
+			return res, fmt.Errorf("load: %w", err)
+		}
+		var n int
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			start := time.Now()
+			var err error
+			n, err = pass(ctx)
+			return []time.Duration{time.Since(start)}, err
+		})
+		// Every record is in the merged order and is verified; a snapshot
+		// holds one entry per distinct key, and every key loaded is distinct.
+		if err == nil && n != cfg.Count {
+			err = fmt.Errorf("%s covered %d records, want %d", w, n, cfg.Count)
+		}
+		res.Records = n
 	}
 	if err != nil {
 		return res, err
@@ -252,6 +331,60 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 	res.P50us, res.P99us, res.P999us = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999)
 	res.PeakHeapMB = peak
 	return res, nil
+}
+
+// load appends records 0 … cfg.Count-1 in batches of cfg.BatchSize.
+func load(ctx context.Context, bt Batcher, cfg Config) error {
+	for b := 0; b < cfg.Count; b += cfg.BatchSize {
+		var keys, vals [][]byte
+		for i := b; i < min(cfg.Count, b+cfg.BatchSize); i++ {
+			keys, vals = append(keys, Key(uint64(i))), append(vals, Value(uint64(i), cfg.ValueSize))
+		}
+		if err := bt.PutBatch(ctx, keys, vals); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadVersions gives keys 0 … keys-1 HistoryVersions versions each: one
+// round over all keys per version, in batches of cfg.BatchSize.
+func loadVersions(ctx context.Context, h Historian, keys int, cfg Config) error {
+	for v := 0; v < HistoryVersions; v++ {
+		for b := 0; b < keys; b += cfg.BatchSize {
+			var ks, vs [][]byte
+			for i := b; i < min(keys, b+cfg.BatchSize); i++ {
+				ks = append(ks, Key(uint64(i)))
+				vs = append(vs, Value(uint64(v*keys+i), cfg.ValueSize))
+			}
+			if err := h.PutVersions(ctx, ks, vs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// wholePass returns the operation of a merge, verify or snapshot workload.
+func wholePass(sys System, w string) (func(context.Context) (int, error), bool) {
+	switch w {
+	case "merge":
+		m, ok := sys.(Merger)
+		if ok {
+			return m.Merge, true
+		}
+	case "verify":
+		v, ok := sys.(Verifier)
+		if ok {
+			return v.Verify, true
+		}
+	case "snapshot":
+		s, ok := sys.(Snapshotter)
+		if ok {
+			return s.Snapshot, true
+		}
+	}
+	return nil, false
 }
 
 // measure runs fn while sampling the heap every 10 ms.

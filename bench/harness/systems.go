@@ -3,10 +3,12 @@ package harness
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/segment"
@@ -68,6 +70,56 @@ func (a *anchorDB) PutBatch(ctx context.Context, keys, values [][]byte) error {
 	return err
 }
 
+// PutVersions appends a version of each key, as PutBatch.
+func (a *anchorDB) PutVersions(ctx context.Context, keys, values [][]byte) error {
+	return a.PutBatch(ctx, keys, values)
+}
+
+// History reads the key's versions (with their values) newest first.
+func (a *anchorDB) History(ctx context.Context, key []byte) (int, error) {
+	n := 0
+	for rec, err := range a.db.History(ctx, key) {
+		if err != nil {
+			return n, err
+		}
+		if len(rec.Value) == 0 {
+			return n, fmt.Errorf("version %d of the key has no value", n)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Merge reads every record in merged order.
+func (a *anchorDB) Merge(ctx context.Context) (int, error) {
+	n := 0
+	for _, err := range a.db.Merged(ctx, engine.MergedOptions{}) {
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Verify runs a full verification (every chain, tree, stub and index row).
+func (a *anchorDB) Verify(ctx context.Context) (int, error) {
+	rep, err := a.db.Verify(ctx, engine.VerifyOptions{})
+	if err != nil {
+		return int(rep.Records), err
+	}
+	if !rep.OK {
+		return int(rep.Records), fmt.Errorf("verify found %d failures", len(rep.Failures))
+	}
+	return int(rep.Records), nil
+}
+
+// Snapshot writes a durable snapshot of the current state.
+func (a *anchorDB) Snapshot(ctx context.Context) (int, error) {
+	info, err := a.db.CreateSnapshot(ctx, "")
+	return int(info.Entries), err
+}
+
 func (a *anchorDB) Get(ctx context.Context, key []byte) ([]byte, error) {
 	v, err := a.db.Get(ctx, key)
 	return v.Value, err
@@ -86,7 +138,10 @@ func OpenPebble(dir string) (System, error) {
 	return &pebbleDB{db: db}, nil
 }
 
-type pebbleDB struct{ db *pebble.DB }
+type pebbleDB struct {
+	db      *pebble.DB
+	version atomic.Uint64 // of PutVersions
+}
 
 func (p *pebbleDB) Name() string { return "pebble" }
 func (p *pebbleDB) Put(_ context.Context, _ int, key, value []byte) error {
@@ -102,6 +157,34 @@ func (p *pebbleDB) PutBatch(_ context.Context, keys, values [][]byte) error {
 	}
 	return b.Commit(pebble.Sync)
 }
+
+// PutVersions keeps versions as Pebble users do: the key with a suffix
+// (an inverted version number, so the newest sorts first), one Sync batch.
+func (p *pebbleDB) PutVersions(_ context.Context, keys, values [][]byte) error {
+	b := p.db.NewBatch()
+	for i := range keys {
+		k := binary.BigEndian.AppendUint64(append([]byte(nil), keys[i]...), ^p.version.Add(1))
+		_ = b.Set(k, values[i], nil)
+	}
+	return b.Commit(pebble.Sync)
+}
+
+// History iterates the key's versions, newest first, copying each value.
+func (p *pebbleDB) History(_ context.Context, key []byte) (int, error) {
+	upper := binary.BigEndian.AppendUint64(append([]byte(nil), key...), ^uint64(0))
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: key, UpperBound: append(upper, 0)})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var v []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		v = append(v[:0], it.Value()...)
+		n++
+	}
+	return n, errors.Join(it.Error(), it.Close())
+}
+
 func (p *pebbleDB) Get(_ context.Context, key []byte) ([]byte, error) {
 	v, closer, err := p.db.Get(key)
 	if err != nil {
@@ -121,9 +204,9 @@ func (quietLogger) Fatalf(format string, args ...any) {
 }
 
 // OpenFile is the physical floor: records appended to one file, each Put
-// durable by fdatasync. The file is preallocated in 64 MiB steps (as
-// anchordb's journal, Pebble's WAL and most logs do), so a sync writes data,
-// not a new file size. Concurrent writers share syncs (a writer whose bytes
+// durable by fdatasync. The file is preallocated in 64 MiB steps, so a sync
+// writes data, not a new file size (anchordb's journal is not preallocated;
+// docs/PERFORMANCE.md says what that costs). Concurrent writers share syncs (a writer whose bytes
 // a sync already covered does not sync again), as a group commit would;
 // nothing is indexed, hashed or readable by key.
 func OpenFile(dir string) (System, error) {
@@ -215,5 +298,5 @@ func (p *plainFile) Close() error { return p.f.Close() }
 
 // MainOpeners are the systems of the main module.
 func MainOpeners() []Opener {
-	return []Opener{{"anchordb", OpenAnchorDB}, {"pebble", OpenPebble}, {"file+fdatasync", OpenFile}}
+	return []Opener{{"anchordb", OpenAnchorDB}, {"pebble", OpenPebble}, {"file+fdatasync", OpenFile}, {"floor", OpenFloor}}
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
@@ -35,7 +36,9 @@ func Openers() []harness.Opener {
 // Badger's durability is a database-wide option, so it has no no-sync
 // append here.
 func OpenBadger(dir string) (harness.System, error) {
-	db, err := badger.Open(badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil))
+	// Every version is kept, so the history workload can read them back.
+	db, err := badger.Open(badger.DefaultOptions(dir).WithSyncWrites(true).WithLogger(nil).
+		WithNumVersionsToKeep(math.MaxInt32))
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +61,34 @@ func (b *badgerDB) PutBatch(_ context.Context, keys, values [][]byte) error {
 		return nil
 	})
 }
+
+// PutVersions commits a new version of each key in one transaction.
+func (b *badgerDB) PutVersions(ctx context.Context, keys, values [][]byte) error {
+	return b.PutBatch(ctx, keys, values)
+}
+
+// History iterates every version of the key (Badger's AllVersions), newest
+// first, copying each value.
+func (b *badgerDB) History(_ context.Context, key []byte) (int, error) {
+	n := 0
+	err := b.db.View(func(txn *badger.Txn) error {
+		opts := badger.DefaultIteratorOptions
+		opts.AllVersions, opts.Prefix = true, key
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		var v []byte
+		for it.Seek(key); it.ValidForPrefix(key); it.Next() {
+			var err error
+			if v, err = it.Item().ValueCopy(v[:0]); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, err
+}
+
 func (b *badgerDB) Get(_ context.Context, key []byte) ([]byte, error) {
 	var out []byte
 	err := b.db.View(func(txn *badger.Txn) error {
@@ -108,6 +139,26 @@ func (s *immuStore) Put(ctx context.Context, _ int, key, value []byte) error {
 func (s *immuStore) PutBatch(ctx context.Context, keys, values [][]byte) error {
 	return s.put(ctx, keys, values)
 }
+
+// PutVersions commits a new version of each key in one transaction.
+func (s *immuStore) PutVersions(ctx context.Context, keys, values [][]byte) error {
+	return s.put(ctx, keys, values)
+}
+
+// History reads the key's history (newest first) and resolves every value.
+func (s *immuStore) History(_ context.Context, key []byte) (int, error) {
+	refs, _, err := s.st.History(key, 0, true, 1<<10)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range refs {
+		if _, err := r.Resolve(); err != nil {
+			return 0, err
+		}
+	}
+	return len(refs), nil
+}
+
 func (s *immuStore) Get(ctx context.Context, key []byte) ([]byte, error) {
 	ref, err := s.st.Get(ctx, key)
 	if err != nil {

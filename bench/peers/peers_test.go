@@ -11,7 +11,7 @@ import (
 // with `cd bench/peers && go test ./...`; it is not part of the root
 // module's tests).
 func TestPeersSmall(t *testing.T) {
-	cfg := harness.Config{Writers: 4, ValueSize: 100, Count: 100, BatchSize: 25, Dir: t.TempDir()}
+	cfg := harness.Config{Writers: 4, ValueSize: 100, Count: 200, BatchSize: 25, Dir: t.TempDir()}
 	rs, err := harness.Run(context.Background(), cfg, Openers(), harness.Workloads, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -12,13 +12,26 @@ import (
 var benchCmd = &command{
 	name:    "bench",
 	summary: "run named workloads against anchordb and its peers in this process: throughput, latency percentiles, disk, heap",
-	detail: `Runs each workload (sync-append, batch-sync, nosync-append, get; --workload picks some)
-against anchordb, Pebble (Set with pebble.Sync) and a plain file with fdatasync (the
-physical floor), each in a fresh directory under --tmp (default: the system's temp
-directory), with the same keys, values and durability. Prints a table with every
-system's records/s, p50/p99/p999 latency, bytes on disk and peak heap, and anchordb's
-throughput as a ratio to each peer. --out DIR also writes results.json, results.txt
-and one SVG chart per workload. Needs no database (--dir is ignored).
+	detail: `Runs each workload against anchordb and its peers in this process, each system in a
+fresh directory under --tmp (default: the system's temp directory), with the same keys,
+values and durability (acknowledged after fsync):
+
+  sync-append    --writers goroutines, one durable record per call
+  batch-sync     durable batches of --batch records
+  nosync-append  one writer, records acknowledged once they reached the OS
+  get            point reads of every loaded key, in a fixed random order
+  history        every version of a key (8 per key), newest first
+  merge          every record in the deterministic merged order
+  verify         a full verification of every record
+  snapshot       a durable snapshot of the state
+
+Systems: anchordb, Pebble (Set with pebble.Sync; versions as key suffixes), a plain file
+with fdatasync (the physical floor of the appends) and 'floor', the compute floor of
+merge, verify and snapshot (the same records in memory: sort only, BLAKE3 only, zstd
+only). A system without a workload's capability is listed as skipped. Prints a table
+with every system's records/s, p50/p99/p999 latency, bytes on disk and peak heap, and
+anchordb's throughput as a ratio to each peer; --out DIR also writes results.json,
+results.txt and one SVG chart per workload. Needs no database (--dir is ignored).
 
 The peers that would add to anchordb's dependencies — Badger, immudb, Tessera — are
 in the nested module bench/peers: 'cd bench/peers && go run ./cmd/peerbench' takes the
@@ -30,10 +43,10 @@ same flags and runs every system (make bench does).`,
 		fs.IntVar(&cfg.Writers, "writers", 64, "concurrent writers of sync-append")
 		fs.IntVar(&cfg.ValueSize, "value-size", 100, "value bytes")
 		fs.IntVar(&cfg.Count, "count", 20000, "records per workload and system")
-		fs.IntVar(&cfg.BatchSize, "batch", 1000, "records per batch (batch-sync, and loading for get)")
+		fs.IntVar(&cfg.BatchSize, "batch", 1000, "records per batch (batch-sync, and loading for the read workloads)")
 		fs.StringVar(&cfg.Dir, "tmp", "", "parent directory of the systems' directories")
 		fs.StringVar(&workloads, "workload", strings.Join(harness.Workloads, ","), "comma-separated workloads")
-		fs.StringVar(&systems, "systems", "anchordb,pebble,file+fdatasync", "comma-separated systems")
+		fs.StringVar(&systems, "systems", "anchordb,pebble,file+fdatasync,floor", "comma-separated systems")
 		fs.StringVar(&out, "out", "", "write results.json, results.txt and SVG charts here")
 		return func(e *env, _ []string) error {
 			openers, err := pickSystems(harness.MainOpeners(), systems)

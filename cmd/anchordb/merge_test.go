@@ -147,13 +147,23 @@ func TestMergeCommand(t *testing.T) {
 func TestBenchCommand(t *testing.T) {
 	out := t.TempDir()
 	r := mustRun(t, "--json", "bench", "--count", "60", "--writers", "3", "--batch", "20",
-		"--workload", "sync-append,get", "--tmp", t.TempDir(), "--out", out)
+		"--workload", "sync-append,get,merge", "--tmp", t.TempDir(), "--out", out)
 	m := obj(t, r.stdout)
 	rs, ok := m["results"].([]any)
-	if !ok || len(rs) != 6 {
+	if !ok || len(rs) != 12 { // 3 workloads × 4 systems
 		t.Fatalf("bench results: %v", m)
 	}
-	for _, name := range []string{"results.json", "results.txt", "sync-append.svg", "get.svg"} {
+	// merge runs on anchordb and on its floor, over every record loaded.
+	for _, x := range rs {
+		res := x.(map[string]any)
+		if res["workload"] != "merge" || (res["system"] != "anchordb" && res["system"] != "floor") {
+			continue
+		}
+		if res["skipped"] != nil || fmt.Sprint(res["records"]) != "60" {
+			t.Fatalf("merge on %v: %v", res["system"], res)
+		}
+	}
+	for _, name := range []string{"results.json", "results.txt", "sync-append.svg", "get.svg", "merge.svg"} {
 		if _, err := os.Stat(filepath.Join(out, name)); err != nil {
 			t.Fatalf("--out: %v", err)
 		}
