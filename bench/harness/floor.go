@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -16,21 +19,24 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// OpenFloor is the compute floor of the merge, verify and snapshot
-// workloads: the same records as anchordb holds them (anchors, seqs,
-// counters, chained hashes), kept in memory, and each pass reduced to its
-// irreducible work — merge: collect every record and sort it by (counter,
-// anchor id); verify: hash every record's canonical encoding with BLAKE3;
-// snapshot: the state's bytes, laid out as a snapshot body, through zstd
-// alone. No real engine offers these passes, so the floor stands in as their
-// peer (as the Go benchmarks' PeerSortMerge, PeerHashOnly and PeerZstdOnly
-// do). It reads nothing from disk, so anchordb's ratio to it is a lower
+// OpenFloor is the floor of the merge, verify and snapshot workloads: the
+// same records as anchordb holds them (anchors, seqs, counters, chained
+// hashes) written as plain frames to one file per anchor, and each pass
+// reduced to its irreducible work — merge: read every file, parse every
+// frame, collect the records and sort them by (counter, anchor id); verify:
+// read and parse every frame (its BLAKE3 hash checked) and check each links
+// to the one before; snapshot: the state's bytes, laid out as a snapshot
+// body and held in memory, through zstd alone. No real engine offers these
+// passes, so the floor stands in as their peer, as the Go benchmarks'
+// PeerSortMerge, PeerHashOnly and PeerZstdOnly do. It keeps no index, no
+// Merkle tree and no durable state, so anchordb's ratio to it is a lower
 // bound. It takes part in no other workload.
-func OpenFloor(string) (System, error) { return &floor{}, nil }
+func OpenFloor(dir string) (System, error) { return &floor{dir: dir}, nil }
 
 type floor struct {
+	dir     string
 	mu      sync.Mutex
-	records []segment.Record
+	records []segment.Record // for the snapshot's state
 	heads   [Anchors]struct {
 		seq  uint64
 		hash segment.Hash
@@ -49,28 +55,64 @@ func (f *floor) Put(context.Context, int, []byte, []byte) error {
 
 func (f *floor) Close() error { return nil }
 
+func (f *floor) file(a int) string { return filepath.Join(f.dir, fmt.Sprintf("anchor-%02d.frames", a)) }
+
 // PutBatch records the batch as anchordb would: one anchor (that of its
-// first key), dense seqs, a chain of hashes, a Lamport counter.
+// first key), dense seqs, a chain of hashes, a Lamport counter; the frames
+// are appended to the anchor's file (not synced: the floor is not durable).
 func (f *floor) PutBatch(_ context.Context, keys, values [][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a := binary.BigEndian.Uint64(keys[0][8:]) % Anchors
+	a := int(binary.BigEndian.Uint64(keys[0][8:]) % Anchors)
 	h := &f.heads[a]
+	var frames []byte
 	for i := range keys {
 		f.clock++
 		h.seq++
 		r := segment.Record{Anchor: fmt.Sprintf("anchor-%02d", a), Seq: h.seq, Counter: f.clock,
 			Time: int64(f.clock), Type: segment.TypePut, PrevHash: h.hash,
 			Key: bytes.Clone(keys[i]), Value: bytes.Clone(values[i])}
-		r.Hash = r.ComputeHash()
+		frames = segment.AppendFrame(frames, &r) // sets r.Hash
 		h.hash = r.Hash
 		f.records = append(f.records, r)
+	}
+	out, err := os.OpenFile(f.file(a), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(frames)
+	return errors.Join(err, out.Close())
+}
+
+// each reads every anchor's file and calls fn with each record parsed (its
+// hash checked) and whether it links to the one before.
+func (f *floor) each(fn func(r segment.Record, links bool)) error {
+	for a := 0; a < Anchors; a++ {
+		b, err := os.ReadFile(f.file(a))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		var prev segment.Hash
+		for len(b) > 0 {
+			r, n, err := segment.ParseFrame(fmt.Sprintf("anchor-%02d", a), b)
+			if err != nil {
+				return err
+			}
+			fn(r, r.PrevHash == prev)
+			prev, b = r.Hash, b[n:]
+		}
 	}
 	return nil
 }
 
 func (f *floor) Merge(context.Context) (int, error) {
-	all := slices.Clone(f.records)
+	var all []segment.Record
+	if err := f.each(func(r segment.Record, _ bool) { all = append(all, r) }); err != nil {
+		return 0, err
+	}
 	slices.SortFunc(all, func(x, y segment.Record) int {
 		if c := cmp.Compare(x.Counter, y.Counter); c != 0 {
 			return c
@@ -81,12 +123,17 @@ func (f *floor) Merge(context.Context) (int, error) {
 }
 
 func (f *floor) Verify(context.Context) (int, error) {
-	for i := range f.records {
-		if f.records[i].ComputeHash() != f.records[i].Hash {
-			return i, fmt.Errorf("floor: record %d does not hash", i)
+	n, broken := 0, 0
+	err := f.each(func(_ segment.Record, links bool) {
+		n++
+		if !links {
+			broken++
 		}
+	})
+	if err == nil && broken > 0 {
+		err = fmt.Errorf("floor: %d records do not link", broken)
 	}
-	return len(f.records), nil
+	return n, err
 }
 
 // Snapshot compresses, per key, its length-prefixed key and value and its
