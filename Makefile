@@ -35,6 +35,8 @@ BENCHPASSES ?= 3
 bench:
 	@mkdir -p bench/results
 	for i in $$(seq $(BENCHPASSES)); do $(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m ./bench/ || exit 1; done | tee bench/results/go-bench.txt
+	@# tee hides the loop's status: every pass must have ended in "ok".
+	@test "$$(grep -c '^ok' bench/results/go-bench.txt)" = "$(BENCHPASSES)" || { echo "make bench: a Go benchmark pass failed" >&2; exit 1; }
 	sh bench/ratios.sh bench/results/go-bench.txt | tee bench/results/go-ratios.txt
 	cd bench/peers && $(GO) run ./cmd/peerbench --count $(BENCHCOUNT) --out ../results | tee ../results/peers-table.txt
 
