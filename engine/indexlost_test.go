@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// An index that is lost, behind or ahead of the segments.
+
+// copyTree copies the subtree src of from into dst of to (MemFS to MemFS).
+func copyTree(t testing.TB, from vfs.FS, src string, to vfs.FS, dst string) {
+	t.Helper()
+	if err := to.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names, err := from.List(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		sp, dp := from.PathJoin(src, n), to.PathJoin(dst, n)
+		st, err := from.Stat(sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.IsDir() {
+			copyTree(t, from, sp, to, dp)
+			continue
+		}
+		data, err := readMemFile(from, sp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeMemFile(to, dp, data)
+	}
+}
+
+func TestIndexLostOrStale(t *testing.T) {
+	ctx := context.Background()
+	opts := Options{SegmentSize: 4096}
+	build := func(t *testing.T, mem *vfs.MemFS, acks *ackLog, n int, tag string) {
+		db := mustOpen(t, mem, opts)
+		if err := workload(ctx, db, 3, n, acks); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < n; i++ {
+			e := Entry{Anchor: "stale/" + tag, Type: segment.TypePut, Key: []byte(fmt.Sprintf("key-%d", i%4)), Value: bytes.Repeat([]byte(tag), 150)}
+			r, err := db.Append(ctx, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks.add(e, r)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("deleted", func(t *testing.T) {
+		mem := vfs.NewMem()
+		acks := &ackLog{}
+		build(t, mem, acks, 20, "a")
+		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
+			t.Fatal(err)
+		}
+		db := mustOpen(t, mem, opts)
+		defer db.Close()
+		if !db.RecoveryReport().Rebuilt {
+			t.Errorf("open after the index was deleted: RecoveryReport().Rebuilt is false: %+v", db.RecoveryReport())
+		}
+		checkDB(t, db, acks.snapshot())
+		if _, err := db.Put(ctx, "stale/a", []byte("after"), []byte("rebuild")); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("behind", func(t *testing.T) {
+		// An older copy of the index (from a clean close) restored over a
+		// newer one: the segments hold records it has never heard of.
+		mem := vfs.NewMem()
+		acks := &ackLog{}
+		build(t, mem, acks, 10, "a")
+		old := vfs.NewMem()
+		copyTree(t, mem, "db/"+IndexDir, old, "index")
+		build(t, mem, acks, 12, "b")
+		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
+			t.Fatal(err)
+		}
+		copyTree(t, old, "index", mem, "db/"+IndexDir)
+
+		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
+		if err != nil {
+			if CodeOf(err) == "" {
+				t.Fatalf("open with a stale index: uncoded error %v", err)
+			}
+			t.Logf("open with a stale index refused: %v", err)
+			return // reported, not served: acceptable
+		}
+		defer db.Close()
+		// Adopted: every acknowledged record, old and new, is served from
+		// its segment, and Get sees the newest versions.
+		checkDB(t, db, acks.snapshot())
+		// And the log continues where the segments end, not where the old
+		// index did.
+		r, err := db.Put(ctx, "stale/a", []byte("next"), []byte("v"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := acks.snapshot()
+		var last uint64
+		for _, a := range all {
+			if a.Receipt.Anchor == "stale/a" {
+				last = max(last, a.Seq)
+			}
+		}
+		if r.Seq != last+1 {
+			t.Errorf("append after a stale index got seq %d; the segments end at %d", r.Seq, last)
+		}
+		checkDB(t, db, append(all, ackedEntry{Receipt: r}))
+	})
+
+	t.Run("ahead", func(t *testing.T) {
+		// The index knows records that the segments no longer hold (the
+		// newest segment of an anchor lost its last records): never serve
+		// them, never build on the hole.
+		mem := vfs.NewMem()
+		acks := &ackLog{}
+		build(t, mem, acks, 10, "a")
+		segs := segmentFiles(t, mem, "db", "stale/a")
+		last := segs[len(segs)-1]
+		_, offs, _ := frames(t, mem, last)
+		if len(offs) < 2 {
+			t.Fatalf("newest segment holds %d records", len(offs))
+		}
+		cut := offs[len(offs)-2]
+		patchFile(t, mem, last, func(b []byte) []byte { return b[:cut] })
+		var head uint64
+		for _, a := range acks.snapshot() {
+			if a.Receipt.Anchor == "stale/a" {
+				head = max(head, a.Seq)
+			}
+		}
+		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
+		if err != nil {
+			if CodeOf(err) == "" {
+				t.Fatalf("open with an index ahead of the segments: uncoded error %v", err)
+			}
+			t.Logf("open refused: %v", err)
+			return
+		}
+		defer db.Close()
+		for seq := head - 1; seq <= head; seq++ {
+			if rec, err := db.Record(ctx, "stale/a", seq); err == nil {
+				t.Fatalf("record %d is served (%s) but no segment holds it", seq, rec.Hash)
+			} else if !IsCorruption(err) && !errors.Is(err, ErrDependencyMissing) {
+				t.Errorf("record %d: want INT_* or STATE_003, got %v", seq, err)
+			}
+		}
+		// A write must not land after a hole, leaving a segment no scanner
+		// can read: refused, or written where the records really end.
+		r, err := db.Put(ctx, "stale/a", []byte("after"), []byte("hole"))
+		if err != nil {
+			if CodeOf(err) == "" {
+				t.Fatalf("write after the hole: uncoded error %v", err)
+			}
+			return
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		segs = segmentFiles(t, mem, "db", "stale/a")
+		if err := scanError(mem, segs[len(segs)-1]); err != nil {
+			t.Fatalf("append %+v after the index ran ahead left a segment that does not scan: %v", r, err)
+		}
+	})
+}
