@@ -34,10 +34,11 @@ import (
 func OpenFloor(dir string) (System, error) { return &floor{dir: dir}, nil }
 
 type floor struct {
-	dir     string
-	mu      sync.Mutex
-	records []segment.Record // for the snapshot's state
-	heads   [Anchors]struct {
+	dir      string
+	mu       sync.Mutex
+	records  []segment.Record // for the snapshot's state
+	anchorOf []uint32         // records[i]'s anchor index
+	heads    [Anchors]struct {
 		seq  uint64
 		hash segment.Hash
 	}
@@ -55,7 +56,7 @@ func (f *floor) Put(context.Context, int, []byte, []byte) error {
 
 func (f *floor) Close() error { return nil }
 
-func (f *floor) file(a int) string { return filepath.Join(f.dir, fmt.Sprintf("anchor-%02d.frames", a)) }
+func (f *floor) file(a int) string { return filepath.Join(f.dir, anchorID(a)+".frames") }
 
 // PutBatch records the batch as anchordb would: one anchor (that of its
 // first key), dense seqs, a chain of hashes, a Lamport counter; the frames
@@ -63,18 +64,19 @@ func (f *floor) file(a int) string { return filepath.Join(f.dir, fmt.Sprintf("an
 func (f *floor) PutBatch(_ context.Context, keys, values [][]byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a := int(binary.BigEndian.Uint64(keys[0][8:]) % Anchors)
+	a := anchorIndex(keys[0])
 	h := &f.heads[a]
 	var frames []byte
 	for i := range keys {
 		f.clock++
 		h.seq++
-		r := segment.Record{Anchor: fmt.Sprintf("anchor-%02d", a), Seq: h.seq, Counter: f.clock,
+		r := segment.Record{Anchor: anchorID(a), Seq: h.seq, Counter: f.clock,
 			Time: int64(f.clock), Type: segment.TypePut, PrevHash: h.hash,
 			Key: bytes.Clone(keys[i]), Value: bytes.Clone(values[i])}
 		frames = segment.AppendFrame(frames, &r) // sets r.Hash
 		h.hash = r.Hash
 		f.records = append(f.records, r)
+		f.anchorOf = append(f.anchorOf, uint32(a))
 	}
 	out, err := os.OpenFile(f.file(a), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -97,7 +99,7 @@ func (f *floor) each(fn func(r segment.Record, links bool)) error {
 		}
 		var prev segment.Hash
 		for len(b) > 0 {
-			r, n, err := segment.ParseFrame(fmt.Sprintf("anchor-%02d", a), b)
+			r, n, err := segment.ParseFrame(anchorID(a), b)
 			if err != nil {
 				return err
 			}
@@ -153,7 +155,7 @@ func (f *floor) Snapshot(context.Context) (int, error) {
 		e = append(e, r.Key...)
 		e = be.AppendUint32(e, uint32(len(r.Value)))
 		e = append(e, r.Value...)
-		e = be.AppendUint32(e, uint32(binary.BigEndian.Uint64(r.Key[8:])%Anchors))
+		e = be.AppendUint32(e, f.anchorOf[i])
 		e = be.AppendUint64(e, r.Seq)
 		e = be.AppendUint64(e, r.Counter)
 		e = be.AppendUint64(e, uint64(r.Time))

@@ -335,31 +335,36 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 
 // load appends records 0 … cfg.Count-1 in batches of cfg.BatchSize.
 func load(ctx context.Context, bt Batcher, cfg Config) error {
-	for b := 0; b < cfg.Count; b += cfg.BatchSize {
-		var keys, vals [][]byte
-		for i := b; i < min(cfg.Count, b+cfg.BatchSize); i++ {
-			keys, vals = append(keys, Key(uint64(i))), append(vals, Value(uint64(i), cfg.ValueSize))
-		}
-		if err := bt.PutBatch(ctx, keys, vals); err != nil {
-			return err
-		}
-	}
-	return nil
+	return inBatches(ctx, cfg.Count, cfg.BatchSize, func(i int) ([]byte, []byte) {
+		return Key(uint64(i)), Value(uint64(i), cfg.ValueSize)
+	}, bt.PutBatch)
 }
 
 // loadVersions gives keys 0 … keys-1 HistoryVersions versions each: one
 // round over all keys per version, in batches of cfg.BatchSize.
 func loadVersions(ctx context.Context, h Historian, keys int, cfg Config) error {
 	for v := 0; v < HistoryVersions; v++ {
-		for b := 0; b < keys; b += cfg.BatchSize {
-			var ks, vs [][]byte
-			for i := b; i < min(keys, b+cfg.BatchSize); i++ {
-				ks = append(ks, Key(uint64(i)))
-				vs = append(vs, Value(uint64(v*keys+i), cfg.ValueSize))
-			}
-			if err := h.PutVersions(ctx, ks, vs); err != nil {
-				return err
-			}
+		err := inBatches(ctx, keys, cfg.BatchSize, func(i int) ([]byte, []byte) {
+			return Key(uint64(i)), Value(uint64(v*keys+i), cfg.ValueSize)
+		}, h.PutVersions)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inBatches calls put with the records kv(0) … kv(n-1), size at a time.
+func inBatches(ctx context.Context, n, size int, kv func(i int) (key, value []byte),
+	put func(ctx context.Context, keys, values [][]byte) error) error {
+	for b := 0; b < n; b += size {
+		var keys, vals [][]byte
+		for i := b; i < min(n, b+size); i++ {
+			k, v := kv(i)
+			keys, vals = append(keys, k), append(vals, v)
+		}
+		if err := put(ctx, keys, vals); err != nil {
+			return err
 		}
 	}
 	return nil

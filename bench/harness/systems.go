@@ -30,10 +30,17 @@ func OpenAnchorDB(dir string) (System, error) {
 	}
 	ids := make([]string, Anchors)
 	for i := range ids {
-		ids[i] = fmt.Sprintf("anchor-%02d", i)
+		ids[i] = anchorID(i)
 	}
 	return &anchorDB{db: db, ids: ids}, nil
 }
+
+// anchorIndex is the anchor (of Anchors) a key's record goes to: the key's
+// record number mod Anchors.
+func anchorIndex(key []byte) int { return int(binary.BigEndian.Uint64(key[8:]) % Anchors) }
+
+// anchorID names anchor i.
+func anchorID(i int) string { return fmt.Sprintf("anchor-%02d", i) }
 
 type anchorDB struct {
 	db  *engine.DB
@@ -45,7 +52,7 @@ type anchorDB struct {
 func (a *anchorDB) Name() string { return "anchordb" }
 
 func (a *anchorDB) anchor(key []byte) string {
-	return a.ids[binary.BigEndian.Uint64(key[8:])%Anchors]
+	return a.ids[anchorIndex(key)]
 }
 
 func (a *anchorDB) Put(ctx context.Context, _ int, key, value []byte) error {
