@@ -1,0 +1,43 @@
+#!/bin/sh
+# fuzz/run.sh FUZZTIME PKG... — fuzz every target in each package for
+# FUZZTIME, one after another.
+#
+# A duration -fuzztime races Go's fuzz coordinator against its own deadline
+# (go.dev/issue/75804, fixed in Go 1.27, present in 1.26.x): on a loaded
+# machine a worker still mid-input when the clock runs out is reported as
+# "--- FAIL ... context deadline exceeded", with no input written. That is
+# not a finding, so such a run is retried once; a run that writes a failing
+# input, or fails any other way, or hits the race twice in a row, fails.
+set -u
+GO=${GO:-go}
+fuzztime=$1
+shift
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+# deadline_only: the log shows the coordinator's deadline race and nothing
+# that a real finding prints.
+deadline_only() {
+	grep -q 'context deadline exceeded' "$out" &&
+		! grep -q -e 'Failing input written' -e 'panic:' -e '_test.go:[0-9]' "$out"
+}
+
+for pkg in "$@"; do
+	targets=$($GO test -list '^Fuzz' "$pkg" | grep '^Fuzz') || { echo "fuzz: cannot list $pkg" >&2; exit 1; }
+	for t in $targets; do
+		for try in 1 2; do
+			echo "== $pkg $t"
+			if $GO test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -parallel 1 >"$out" 2>&1; then
+				cat "$out"
+				break
+			fi
+			cat "$out"
+			if [ "$try" = 1 ] && deadline_only; then
+				echo "fuzz: $t hit the -fuzztime deadline race (go.dev/issue/75804), no input written; running it again"
+				continue
+			fi
+			echo "fuzz: $pkg $t failed" >&2
+			exit 1
+		done
+	done
+done
