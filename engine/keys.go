@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -171,6 +172,7 @@ type seqEntry struct {
 const seqEntrySize = 8 + 8 + 4 + 8 + segment.HashSize
 
 func (e *seqEntry) encode(dst []byte) []byte {
+	dst = slices.Grow(dst, seqEntrySize)
 	dst = be.AppendUint64(dst, e.Segno)
 	dst = be.AppendUint64(dst, uint64(e.Offset))
 	dst = be.AppendUint32(dst, e.Size)
@@ -213,6 +215,8 @@ type versionEntry struct {
 }
 
 func (v *versionEntry) encode(dst []byte) []byte {
+	// One allocation, not one per append that outgrows the last.
+	dst = slices.Grow(dst, versionFixed+len(v.Value))
 	dst = append(dst, v.Type)
 	dst = be.AppendUint64(dst, v.Seq)
 	dst = be.AppendUint64(dst, uint64(v.Time))
@@ -265,6 +269,7 @@ type idemEntry struct {
 const idemEntrySize = 8 + 8 + 2*segment.HashSize
 
 func (e *idemEntry) encode(dst []byte) []byte {
+	dst = slices.Grow(dst, idemEntrySize)
 	dst = be.AppendUint64(dst, e.Seq)
 	dst = be.AppendUint64(dst, e.Counter)
 	dst = append(dst, e.Hash[:]...)
