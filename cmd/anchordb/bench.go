@@ -44,6 +44,7 @@ same flags and runs every system (make bench does).`,
 		fs.IntVar(&cfg.ValueSize, "value-size", 100, "value bytes")
 		fs.IntVar(&cfg.Count, "count", 20000, "records per workload and system")
 		fs.IntVar(&cfg.BatchSize, "batch", 1000, "records per batch (batch-sync, and loading for the read workloads)")
+		fs.IntVar(&cfg.ReadPasses, "read-passes", 5, "passes over every key of get and history")
 		fs.StringVar(&cfg.Dir, "tmp", "", "parent directory of the systems' directories")
 		fs.StringVar(&workloads, "workload", strings.Join(harness.Workloads, ","), "comma-separated workloads")
 		fs.StringVar(&systems, "systems", "anchordb,pebble,file+fdatasync,floor", "comma-separated systems")

@@ -146,16 +146,22 @@ func TestMergeCommand(t *testing.T) {
 // prints the results as JSON, writing the files --out names.
 func TestBenchCommand(t *testing.T) {
 	out := t.TempDir()
-	r := mustRun(t, "--json", "bench", "--count", "60", "--writers", "3", "--batch", "20",
+	r := mustRun(t, "--json", "bench", "--count", "60", "--writers", "3", "--batch", "20", "--read-passes", "2",
 		"--workload", "sync-append,get,merge", "--tmp", t.TempDir(), "--out", out)
 	m := obj(t, r.stdout)
 	rs, ok := m["results"].([]any)
 	if !ok || len(rs) != 12 { // 3 workloads × 4 systems
 		t.Fatalf("bench results: %v", m)
 	}
-	// merge runs on anchordb and on its floor, over every record loaded.
+	// merge runs on anchordb and on its floor, over every record loaded;
+	// get reads every key once per pass.
 	for _, x := range rs {
 		res := x.(map[string]any)
+		if res["workload"] == "get" && (res["system"] == "anchordb" || res["system"] == "pebble") {
+			if res["skipped"] != nil || fmt.Sprint(res["records"]) != "120" {
+				t.Fatalf("get on %v with 2 read passes: %v", res["system"], res)
+			}
+		}
 		if res["workload"] != "merge" || (res["system"] != "anchordb" && res["system"] != "floor") {
 			continue
 		}
