@@ -228,14 +228,25 @@ func (db *DB) open() error {
 	return nil
 }
 
-// initIndex sets up a new index. If segments exist (the index was lost or
-// deleted), it is rebuilt from them first.
+// initIndex sets up a new index. If segments or journal records exist (the
+// index was lost or deleted), it is rebuilt from them first.
 func (db *DB) initIndex() error {
 	// A crash during an earlier rebuild can leave rows without the format row:
 	// start from nothing.
 	if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
 	}
+	// What was acknowledged since the last settle may be in the journal
+	// alone (its segment bytes, even its anchor's directory, lost in a
+	// crash): put it back in the segments first, as recovery does, or the
+	// rebuild would index the segments without it and the next journal
+	// would drop it.
+	if err := db.replayJournal(); err != nil {
+		return err
+	}
+	db.anchorsMu.RLock()
+	replayed := len(db.anchors) > 0
+	db.anchorsMu.RUnlock()
 	exists, err := db.hasSegments()
 	if err != nil {
 		return err
@@ -243,7 +254,13 @@ func (db *DB) initIndex() error {
 	if exists {
 		db.recovery.Rebuilt = true
 		fast := false
-		if db.opts.rebuildFromSnapshot {
+		if db.opts.rebuildFromSnapshot && replayed {
+			// The replay loaded anchor heads the fast path would not
+			// update; a journal with records in it is a crash's aftermath,
+			// which the full replay is for.
+			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
+				"the journal holds records not yet settled: rebuilding by full replay")})
+		} else if db.opts.rebuildFromSnapshot {
 			switch err := db.rebuildFromSnapshot(context.Background()); {
 			case err == nil:
 				fast = true
@@ -257,7 +274,7 @@ func (db *DB) initIndex() error {
 			}
 		}
 		if !fast {
-			if err := db.reconcileAll(); err != nil {
+			if err := db.reconcileAll(true); err != nil {
 				return err
 			}
 		}

@@ -25,12 +25,17 @@ type reconciler struct {
 	// truncated records, per anchor, the last seq adopted from stubs: the
 	// state below it must come from a snapshot.
 	truncated map[string]uint64
+	// fromNothing: the index is being rebuilt, so no row vouches for any
+	// record and settled records are scanned like an unsettled tail.
+	fromNothing bool
 }
 
 // reconcileAll walks every anchor directory on disk and brings the index and
 // the segments into agreement.
-func (db *DB) reconcileAll() error {
-	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64)}
+//
+// fromNothing says the index started empty (a rebuild): see scanSegment.
+func (db *DB) reconcileAll(fromNothing bool) error {
+	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64), fromNothing: fromNothing}
 	defer func() { _ = rc.batch.Close() }()
 	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
 	fans, err := db.fs.List(root)
@@ -489,6 +494,7 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 		st.segHeader = h.Checksum
 		st.segSize = int64(sc.HeaderSize)
 	}
+	damaged := false
 	for {
 		fr, err := sc.Next()
 		if errors.Is(err, io.EOF) {
@@ -502,6 +508,21 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 			if !newest {
 				db.markDamaged(a, fe.AsError(a.id, s.path))
 				return adopted, false, true, nil
+			}
+			// With an index, every record past its end is unsettled (a
+			// settle flushes the index), and every one that was acknowledged
+			// durably has just been restored from the journal: what still
+			// fails there is a torn tail. A rebuild has no such line: the
+			// records before a failing frame may be long settled, so the
+			// failure is only a tail when no whole record follows it;
+			// otherwise it is damage in the middle of the log, which is
+			// reported and never cut (SPEC §3).
+			if rc.fromNothing && fe.Kind != segment.Torn {
+				if _, more := sc.WholeRecordAfter(); more {
+					db.markDamaged(a, fe.AsError(a.id, s.path))
+					damaged = true
+					break
+				}
 			}
 			// The newest segment ends in bytes no index row vouches for and
 			// that do not form a whole, linked record: a torn tail.
@@ -525,6 +546,9 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 		if err := f.Sync(); err != nil {
 			return adopted, false, true, errs.Wrap(errs.CodeWriteFailed, err, "fsync %s", s.path)
 		}
+	}
+	if damaged {
+		return adopted, false, true, nil
 	}
 	if sc.Footer() != nil {
 		st.segno++

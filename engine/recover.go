@@ -16,7 +16,7 @@ import (
 )
 
 // Recovery (SPEC §3) runs at Open after an unclean shutdown, and a full
-// rebuild reuses its second half when the index is missing:
+// rebuild reuses steps 1 and 2 when the index is missing:
 //
 //  1. Journal replay. Every record acknowledged since the last settle is in
 //     the journal files from the settle point on. Its segment bytes may have
@@ -131,7 +131,7 @@ func (db *DB) recover() error {
 	if err := db.replayJournal(); err != nil {
 		return err
 	}
-	if err := db.reconcileAll(); err != nil {
+	if err := db.reconcileAll(false); err != nil {
 		return err
 	}
 	return db.settleAll()
