@@ -84,6 +84,14 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	if err := db.writable(); err != nil {
 		return rep, err
 	}
+	// Only another database is a source: checked before its lock, so a
+	// mistyped path gets no LOCK file of ours.
+	if _, err := db.fs.Stat(db.fs.PathJoin(from, IDFile)); err != nil {
+		if oserrorIsNotExist(err) {
+			return rep, errs.New(errs.CodeInvalidInput, "%s is not an anchordb database (it has no %s file)", from, IDFile)
+		}
+		return rep, errs.Wrap(errs.CodeWriteFailed, err, "read %s", from)
+	}
 	lock, err := lockDir(db.fs, from)
 	if err != nil {
 		return rep, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -162,4 +163,33 @@ func TestIngestRefusesForksAndForgeries(t *testing.T) {
 
 func segmentFileOf(fs vfs.FS, dir, anchor string, segno uint64) string {
 	return fs.PathJoin(segmentAnchorDir(fs, dir, anchor), segmentFileName(segno))
+}
+
+// An ingest source must be an anchordb database. A directory that is not one
+// is refused as bad input and left as it was: the lock file must not be
+// created in someone else's directory (found by a CLI audit: `ingest --from
+// /tmp` reported success and left /tmp/LOCK behind).
+func TestIngestRefusesANonDatabase(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := openAt(t, fs, "db")
+	defer db.Close()
+	for _, from := range []string{"empty", "missing"} {
+		if from == "empty" {
+			if err := fs.MkdirAll(from, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := db.Ingest(ctx, from, IngestOptions{})
+		if errs.CodeOf(err) != errs.CodeInvalidInput {
+			t.Fatalf("ingest from %s: %v, want INPUT_001", from, err)
+		}
+		names, _ := fs.List(from)
+		if len(names) != 0 {
+			t.Fatalf("ingest from %s left %v behind", from, names)
+		}
+	}
+	if _, err := db.Ingest(ctx, "db", IngestOptions{}); err == nil {
+		t.Fatal("ingest from the database itself was accepted")
+	}
 }
