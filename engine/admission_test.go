@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"pgregory.net/rapid"
@@ -454,5 +455,24 @@ func TestAdmissionDisabled(t *testing.T) {
 	}
 	if _, err := db.Put(ctx, "a", []byte("late"), []byte("v")); err == nil {
 		t.Fatal("append after Close succeeded")
+	}
+}
+
+// An append whose context has ended is not made, even when nothing would
+// have made it wait (found by a CLI audit: Ctrl-C during `append`'s read of
+// stdin still appended once stdin closed).
+func TestAppendWithEndedContextAppendsNothing(t *testing.T) {
+	db := mustOpen(t, vfs.NewMem(), Options{})
+	defer db.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("put with a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := db.AppendBatch(ctx, []Entry{{Anchor: "a", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v")}}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("batch with a cancelled context: %v, want context.Canceled", err)
+	}
+	if info, _, err := db.AnchorInfo("a"); err != nil || info.Records != 0 {
+		t.Fatalf("anchor after refused appends: %+v %v", info, err)
 	}
 }

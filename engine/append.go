@@ -81,6 +81,11 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if err := db.writable(); err != nil {
 		return nil, err
 	}
+	// A caller that gave up (Ctrl-C in the CLI) must not have its append
+	// made anyway just because nothing had to wait.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var wo writeOptions
 	for _, o := range opts {
 		o(&wo)
@@ -117,6 +122,9 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 		return nil, err
 	}
 	defer db.adm.release(&c)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 
 	req := newRequest()
 	req.entries, req.sync = entries, sync
