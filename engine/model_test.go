@@ -398,6 +398,25 @@ func (mm *modelMachine) History(t *rapid.T) {
 			mm.fail(t, "history %q version %d: %q seq %d counter %d, want %q seq %d counter %d", key, i, g.Anchor, g.Seq, g.Counter, w.anchor, w.seq, w.counter)
 		}
 	}
+	// Versions is the same history from the index, values included.
+	i := 0
+	for v, err := range mm.db.Versions(mm.ctx, key) {
+		if err != nil {
+			mm.fail(t, "versions %q: %v", key, err)
+		}
+		if i >= len(want) {
+			mm.fail(t, "versions %q: more than the %d versions of the model", key, len(want))
+		}
+		w := want[i]
+		if v.Anchor != w.anchor || v.Seq != w.seq || v.Counter != w.counter || v.Hash != w.hash ||
+			v.Deleted != (w.typ == segment.TypeDelete) || !bytes.Equal(v.Value, w.value) || !bytes.Equal(v.Key, key) {
+			mm.fail(t, "versions %q version %d: %q seq %d counter %d deleted %v, want %q seq %d counter %d type %s", key, i, v.Anchor, v.Seq, v.Counter, v.Deleted, w.anchor, w.seq, w.counter, w.typ)
+		}
+		i++
+	}
+	if i != len(want) {
+		mm.fail(t, "versions %q: %d versions, want %d", key, i, len(want))
+	}
 }
 
 func (mm *modelMachine) Scan(t *rapid.T) {

@@ -137,6 +137,42 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 	}
 }
 
+// Versions returns every version of key in merged order, oldest first: its
+// value (none for a delete, with Deleted set) and the receipt of the record
+// that wrote it (SPEC §4's History). Unlike History, which returns whole
+// records, it reads a record only for a value kept out of line, so a key
+// whose values are small costs one index scan however many versions it has.
+func (db *DB) Versions(ctx context.Context, key []byte) iter.Seq2[Version, error] {
+	return func(yield func(Version, error) bool) {
+		if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
+			yield(Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey))
+			return
+		}
+		lower := keyPrefix(key)
+		upper := append(lower[:len(lower)-1:len(lower)-1], 2)
+		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			return
+		}
+		defer it.Close()
+		// Stored newest first; read backwards.
+		for ok := it.Last(); ok; ok = it.Prev() {
+			if err := ctx.Err(); err != nil {
+				yield(Version{}, err)
+				return
+			}
+			v, err := db.decodeVersion(ctx, it.Key(), it.Value())
+			if !yield(v, err) || err != nil {
+				return
+			}
+		}
+		if err := it.Error(); err != nil {
+			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+		}
+	}
+}
+
 // Scan returns the live keys that start with prefix, in byte order, with
 // their latest values. An empty prefix scans everything.
 func (db *DB) Scan(ctx context.Context, prefix []byte) iter.Seq2[Version, error] {

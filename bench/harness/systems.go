@@ -82,14 +82,17 @@ func (a *anchorDB) PutVersions(ctx context.Context, keys, values [][]byte) error
 	return a.PutBatch(ctx, keys, values)
 }
 
-// History reads the key's versions (with their values) newest first.
+// History reads the key's versions, values and receipts, in merged order
+// (Versions: what SPEC §4 calls History; the engine's History returns whole
+// records, reading each from its segment, which the peers have no
+// counterpart of).
 func (a *anchorDB) History(ctx context.Context, key []byte) (int, error) {
 	n := 0
-	for rec, err := range a.db.History(ctx, key) {
+	for v, err := range a.db.Versions(ctx, key) {
 		if err != nil {
 			return n, err
 		}
-		if len(rec.Value) == 0 {
+		if len(v.Value) == 0 {
 			return n, fmt.Errorf("version %d of the key has no value", n)
 		}
 		n++
