@@ -102,6 +102,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 		head = append(head, line.Hash[:]...)
 		return db.index.Set(metaKey(metaAudit), head, pebble.NoSync)
 	}
+	settled := false
 	for i, a := range plan.Actions {
 		if err := ctx.Err(); err != nil {
 			return res, err
@@ -138,6 +139,16 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 				return res, err
 			}
 		case snapshot.ActionRemoveSegment:
+			if !settled {
+				// The journal since the last settle may still hold frames of
+				// the segments about to go, or the group that sealed them;
+				// recovery would replay them into files that no longer
+				// exist. A settle first leaves the journal nothing of them.
+				if err := db.settle(); err != nil {
+					return res, err
+				}
+				settled = true
+			}
 			if err := audit(entry); err != nil {
 				return res, err
 			}

@@ -187,6 +187,10 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 	if err != nil {
 		return err
 	}
+	// The clock must pass every counter the index holds, even of an anchor
+	// found damaged below (whose head then stays where the index has it):
+	// the persisted clock is only as new as the last settle.
+	rc.raiseClock(a.snapshot().lastCounter)
 	if a.damaged() != nil {
 		return nil // already reported; the files are left as they are
 	}
@@ -348,12 +352,18 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile, stubs map[uint6
 			st.stored = true
 		}
 	}
-	if st.lastCounter > db.clock.Load() {
-		db.clock.Store(st.lastCounter)
-		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, st.lastCounter), nil)
-	}
+	rc.raiseClock(st.lastCounter)
 	a.publish(st, tree)
 	return nil
+}
+
+// raiseClock moves the Lamport clock up to counter c (SPEC §1) and records it
+// with the recovered rows.
+func (rc *reconciler) raiseClock(c uint64) {
+	if c > rc.db.clock.Load() {
+		rc.db.clock.Store(c)
+		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, c), nil)
+	}
 }
 
 // checkSeals checks that each of the sealed segments still has its seal and
@@ -645,6 +655,7 @@ func (rc *reconciler) missingAnchors() error {
 		if err != nil || a == nil {
 			continue
 		}
+		rc.raiseClock(a.snapshot().lastCounter)
 		if st := a.snapshot(); st.head > 0 && a.damaged() == nil {
 			e := errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) are missing", id, st.head)
 			e.File = a.dir
