@@ -26,6 +26,12 @@ type segBuffer struct {
 	off    int64 // file offset of buf[0]
 	buf    []byte
 	create bool // the file does not exist yet; buf opens with its header
+	// failed is set when writing buf out failed. What the failed write left
+	// in [off, off+len(buf)) of the file is unknown — nothing, a prefix,
+	// garbage — so those bytes are never read as records (a reader gets
+	// IO_001, not a corrupt frame) and never written again: the engine has
+	// stopped writing.
+	failed error
 }
 
 // bufferSegments hands the group's segment bytes to the anchors' buffers.
@@ -85,6 +91,9 @@ func (db *DB) flushBufferLocked(a *anchor, sync ...bool) error {
 	if len(sb.buf) == 0 {
 		return nil
 	}
+	if sb.failed != nil {
+		return sb.failed
+	}
 	seal := len(sync) > 0 && sync[0]
 	path := db.segmentPath(a, sb.segno)
 	if sb.create {
@@ -105,7 +114,10 @@ func (db *DB) flushBufferLocked(a *anchor, sync ...bool) error {
 	}
 	db.files.release(cf)
 	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "write segment %s at %d", path, sb.off)
+		// Marked under wmu, before any caller gets to db.fail: a reader
+		// that takes wmu next (ensureWritten) already sees it.
+		sb.failed = errs.Wrap(errs.CodeWriteFailed, err, "write segment %s at %d", path, sb.off)
+		return sb.failed
 	}
 	db.dirtyMu.Lock()
 	if sb.create {
@@ -167,7 +179,11 @@ func (db *DB) flushAllBuffers() error {
 }
 
 // ensureWritten makes sure bytes [0, end) of segment segno of the anchor are
-// in the file, not only in its buffer, before a reader reads them.
+// in the file, not only in its buffer, before a reader reads them. If the
+// write of bytes in that range failed, it returns IO_001: they are not in
+// the file, whatever the file now holds there. A reader calls it before
+// every record it returns, even one it has already read ahead, so bytes
+// read from a failed write's range are never parsed as a record.
 func (db *DB) ensureWritten(id string, segno uint64, end int64) error {
 	db.anchorsMu.RLock()
 	a := db.anchors[id]

@@ -57,13 +57,19 @@ func (v anchorView) root() segment.Hash {
 
 // flushSegmentBytes writes the anchor's buffered segment bytes to its file,
 // so a reader of the file sees every frame the index names. It does nothing
-// once writes have stopped (the bytes on disk are then all there is).
+// once writes have stopped (the bytes on disk are then all there is) — but
+// if writing this anchor's bytes is what failed, the file holds whatever the
+// failed write left where the index names frames: the anchor cannot be
+// checked, which is IO_001, not damage to report.
 func (db *DB) flushSegmentBytes(a *anchor) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.wbuf.failed != nil {
+		return db.fail(a.wbuf.failed)
+	}
 	if db.failed.Load() != nil || db.closed.Load() {
 		return nil
 	}
-	a.wmu.Lock()
-	defer a.wmu.Unlock()
 	if err := db.flushBufferLocked(a); err != nil {
 		return db.fail(err)
 	}
