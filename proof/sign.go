@@ -64,11 +64,13 @@ func Sign(body []byte, signerKey string) ([]byte, error) {
 // every signature by a known key must verify; signatures by other keys are
 // ignored. Surrounding white space of each key is ignored.
 //
-// Errors: no keys or a malformed key is INPUT_001; any failure of the note —
+// Errors: no keys or a malformed key is INPUT_001; bytes that are not a
+// signed note at all (empty, truncated, no signature block, a malformed
+// signature line) are INPUT_001; a well-formed note that does not verify —
 // altered text, a forged or truncated signature, no signature by a known
-// key, a malformed note — is AUTH_003 (signature_invalid) wrapping the note
-// package's error; a body that verifies but is malformed is INPUT_001 (a
-// root that does not match its anchors INT_001).
+// key — is AUTH_003 (signature_invalid). Both wrap the note package's
+// error. A body that verifies but is malformed is INPUT_001 (a root that
+// does not match its anchors INT_001).
 func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, error) {
 	if len(verifierKeys) == 0 {
 		return nil, errs.New(errs.CodeInvalidInput, "open checkpoint: no verifier key")
@@ -90,13 +92,27 @@ func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, erro
 	}
 	n, err := note.Open(noteBytes, note.VerifierList(vs...))
 	if err != nil {
-		return nil, errs.Wrap(errs.CodeSignatureInvalid, err, "checkpoint %s", describeOpenError(err))
+		return nil, errs.Wrap(openErrorCode(err), err, "checkpoint %s", describeOpenError(err))
 	}
 	c, err := ParseCheckpointBody([]byte(n.Text))
 	if err != nil {
 		return nil, fmt.Errorf("signed checkpoint: %w", err)
 	}
 	return c, nil
+}
+
+// openErrorCode classifies an error of note.Open: a well-formed note whose
+// signatures do not verify with the given keys is AUTH_003; anything else
+// (empty, truncated, no signature block, a malformed signature line, control
+// characters) is not a signed note at all, and a malformed file is
+// INPUT_001 (SPEC §8).
+func openErrorCode(err error) errs.Code {
+	var unverified *note.UnverifiedNoteError
+	var invalid *note.InvalidSignatureError
+	if errors.As(err, &unverified) || errors.As(err, &invalid) {
+		return errs.CodeSignatureInvalid
+	}
+	return errs.CodeInvalidInput
 }
 
 // describeOpenError names what note.Open found wrong.

@@ -199,13 +199,27 @@ func TestCheckpointCommands(t *testing.T) {
 		t.Fatalf("from stdin: %v", r)
 	}
 
-	// Forged: the text changed; re-signed with another key; not a note.
+	// Forged: the text changed; re-signed with another key.
 	forged := strings.Replace(note, "records 20", "records 21", 1)
 	other := filepath.Join(tmp, "other")
 	mustRun(t, "keygen", "--name", "signer", "--out", other)
 	mustRun(t, "--dir", filepath.Join(tmp, "db2"), "put", "a", "k", "v")
 	resigned := mustRun(t, "--dir", filepath.Join(tmp, "db2"), "checkpoint", "create", "--key", other+".key").stdout
-	for name, text := range map[string]string{"forged": forged, "resigned": resigned, "garbage": "hello\n"} {
+	// Not a signed note at all: a malformed file, INPUT_001 (SPEC §8).
+	pubText, err := os.ReadFile(k + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{"garbage": "hello\n", "empty": "", "pub file": string(pubText), "truncated": note[:40]} {
+		p := filepath.Join(tmp, name+".note")
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r = runCLI(t, "--json", "checkpoint", "verify", p, "--pub", k+".pub")
+		wantCode(t, r, 2)
+		errObj(t, r, "INPUT_001")
+	}
+	for name, text := range map[string]string{"forged": forged, "resigned": resigned} {
 		p := filepath.Join(tmp, name+".note")
 		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
 			t.Fatal(err)
