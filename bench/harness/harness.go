@@ -12,7 +12,6 @@ package harness
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -23,6 +22,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
 )
 
 // System is one storage engine under test. Put must return only once the
@@ -101,6 +104,61 @@ type Config struct {
 
 func (c Config) readPasses() int { return max(1, c.ReadPasses) }
 
+// Limits of a Config. They keep a run within what one machine can hold: the
+// harness makes every value in memory, holds a whole batch at once, the
+// floor keeps every record loaded, and each read's latency is kept.
+const (
+	MaxCount      = 10_000_000 // records per workload and system
+	MaxWriters    = 4096
+	MaxBatchSize  = 100_000
+	MaxReadPasses = 100
+	// MaxReads bounds Count × read passes: the latencies of get and
+	// history are kept, 8 bytes a read.
+	MaxReads = 100_000_000
+	// MaxTotalBytes bounds Count × ValueSize: the floor and the page cache
+	// hold all of it.
+	MaxTotalBytes = 8 << 30
+)
+
+// MaxValueSize is the engine's value limit (segment.DefaultLimits, 16 MiB).
+var MaxValueSize = segment.DefaultLimits().MaxValue
+
+// Validate checks every size against its limit. A size outside is refused
+// with INPUT_001 naming the limit, before anything is allocated or written.
+func (c Config) Validate() error {
+	for _, b := range []struct {
+		what     string
+		v, limit int
+		min      int
+	}{
+		{"writers", c.Writers, MaxWriters, 1},
+		{"value size", c.ValueSize, MaxValueSize, 1},
+		{"count", c.Count, MaxCount, 1},
+		{"batch size", c.BatchSize, MaxBatchSize, 1},
+		{"read passes", c.ReadPasses, MaxReadPasses, 0},
+	} {
+		if b.v < b.min || b.v > b.limit {
+			return errs.New(errs.CodeInvalidInput, "harness: %s %d is outside the limit %d..%d", b.what, b.v, b.min, b.limit)
+		}
+	}
+	// Both factors are bounded above, so the products cannot overflow.
+	if n := int64(c.BatchSize) * int64(c.ValueSize+batchOverhead); n > engine.MaxBatchBytes {
+		return errs.New(errs.CodeInvalidInput, "harness: a batch of %d values of %d bytes is %d bytes, over the limit of %d bytes of one engine append (lower the batch size or the value size)",
+			c.BatchSize, c.ValueSize, n, engine.MaxBatchBytes)
+	}
+	if n := int64(c.Count) * int64(c.ValueSize); n > MaxTotalBytes {
+		return errs.New(errs.CodeInvalidInput, "harness: %d records of %d bytes are %d bytes, over the limit of %d bytes", c.Count, c.ValueSize, n, int64(MaxTotalBytes))
+	}
+	if n := int64(c.Count) * int64(c.readPasses()); n > MaxReads {
+		return errs.New(errs.CodeInvalidInput, "harness: %d records × %d read passes are %d reads, over the limit of %d", c.Count, c.readPasses(), n, MaxReads)
+	}
+	return nil
+}
+
+// batchOverhead is what the engine counts for a record besides its value: a
+// 16-byte key and its per-record overhead (engine.AppendBatch).
+const batchOverhead = 16 + 128
+
 // Workloads are the names Run understands, in report order.
 var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get", "history", "merge", "verify", "snapshot"}
 
@@ -154,8 +212,8 @@ func Value(i uint64, n int) []byte {
 // Run runs each workload against each system, each in a fresh directory.
 // A system that lacks a workload's capability is reported as skipped.
 func Run(ctx context.Context, cfg Config, openers []Opener, workloads []string, progress func(Result)) ([]Result, error) {
-	if cfg.Writers < 1 || cfg.Count < 1 || cfg.ValueSize < 1 || cfg.BatchSize < 1 || cfg.ReadPasses < 0 {
-		return nil, errors.New("harness: writers, count, value size and batch size must be positive, read passes not negative")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	root := cfg.Dir
 	if root == "" {

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
 )
 
 // TestRunSmall runs every workload on the main module's systems at a tiny
@@ -112,5 +114,46 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	cfg := Config{Writers: 1, ValueSize: 1, Count: 1, BatchSize: 1, Dir: t.TempDir()}
 	if _, err := Run(context.Background(), cfg, MainOpeners(), []string{"nonsense"}, nil); err == nil {
 		t.Fatal("an unknown workload ran")
+	}
+}
+
+// TestConfigLimits: a size beyond a limit is refused with INPUT_001 naming
+// the limit before anything is allocated or written (a --value-size of
+// 99999999999 used to die of "out of memory").
+func TestConfigLimits(t *testing.T) {
+	ok := Config{Writers: 4, ValueSize: 100, Count: 200, BatchSize: 50, ReadPasses: 3}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("a sound config: %v", err)
+	}
+	for _, c := range []struct {
+		name  string
+		edit  func(*Config)
+		limit string
+	}{
+		{"value size", func(c *Config) { c.ValueSize = 99999999999 }, "16777216"},
+		{"value size zero", func(c *Config) { c.ValueSize = 0 }, "16777216"},
+		{"count", func(c *Config) { c.Count = MaxCount + 1 }, "10000000"},
+		{"count zero", func(c *Config) { c.Count = 0 }, "10000000"},
+		{"writers", func(c *Config) { c.Writers = MaxWriters + 1 }, "4096"},
+		{"writers zero", func(c *Config) { c.Writers = 0 }, "4096"},
+		{"batch", func(c *Config) { c.BatchSize = MaxBatchSize + 1 }, "100000"},
+		{"batch zero", func(c *Config) { c.BatchSize = 0 }, "100000"},
+		{"read passes", func(c *Config) { c.ReadPasses = MaxReadPasses + 1 }, "100"},
+		{"read passes negative", func(c *Config) { c.ReadPasses = -1 }, "100"},
+		{"batch bytes", func(c *Config) { c.ValueSize, c.BatchSize = 16<<20, 1000 }, "268435456"},
+		{"total bytes", func(c *Config) { c.ValueSize, c.Count, c.BatchSize = 1<<20, 10000, 10 }, "8589934592"},
+		{"reads", func(c *Config) { c.Count, c.ReadPasses = MaxCount, 11 }, "100000000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := ok
+			c.edit(&cfg)
+			err := cfg.Validate()
+			if errs.CodeOf(err) != errs.CodeInvalidInput || !strings.Contains(err.Error(), c.limit) {
+				t.Fatalf("got %v, want INPUT_001 naming %s", err, c.limit)
+			}
+			if _, err := Run(context.Background(), cfg, MainOpeners(), Workloads, nil); errs.CodeOf(err) != errs.CodeInvalidInput {
+				t.Fatalf("Run: %v", err)
+			}
+		})
 	}
 }

@@ -33,6 +33,12 @@ with every system's records/s, p50/p99/p999 latency, bytes on disk and peak heap
 anchordb's throughput as a ratio to each peer; --out DIR also writes results.json,
 results.txt and one SVG chart per workload. Needs no database (--dir is ignored).
 
+Limits (beyond them the run is refused up front, INPUT_001, exit 2): --value-size
+1..16777216 (the engine's value limit), --count 1..10000000, --writers 1..4096, --batch
+1..100000, --read-passes 0..100; one batch (--batch × (--value-size + 144)) at most 256 MiB,
+the engine's limit of one append; --count × --value-size at most 8 GiB; --count ×
+--read-passes at most 100000000 reads.
+
 The peers that would add to anchordb's dependencies — Badger, immudb, Tessera — are
 in the nested module bench/peers: 'cd bench/peers && go run ./cmd/peerbench' takes the
 same flags and runs every system (make bench does).`,
@@ -64,6 +70,9 @@ same flags and runs every system (make bench does).`,
 				}
 			})
 			if err != nil {
+				if errs.CodeOf(err) != "" { // e.g. a size over a limit: INPUT_001 naming it
+					return err
+				}
 				return errs.Wrap(errs.CodeInvalidInput, err, "bench")
 			}
 			if out != "" {

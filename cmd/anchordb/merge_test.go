@@ -176,4 +176,14 @@ func TestBenchCommand(t *testing.T) {
 	}
 	bad := runCLI(t, "bench", "--systems", "nosuch")
 	wantCode(t, bad, 2)
+	// Sizes beyond the harness's limits are refused up front, naming the
+	// limit (a huge --value-size used to die of "out of memory").
+	for _, args := range [][]string{{"--value-size", "99999999999", "--count", "1"}, {"--count", "100000000000"},
+		{"--writers", "1000000"}, {"--batch", "0"}, {"--read-passes", "1000000"}} {
+		bad = runCLI(t, append([]string{"--json", "bench", "--tmp", t.TempDir()}, args...)...)
+		wantCode(t, bad, 2)
+		if e := errObj(t, bad, "INPUT_001"); !strings.Contains(str(t, e, "message"), "limit") || strings.Contains(str(t, e, "message"), "INPUT_001") {
+			t.Fatalf("%v: %v", args, bad)
+		}
+	}
 }
