@@ -653,3 +653,36 @@ func TestFlagsAnywhere(t *testing.T) {
 		t.Fatalf("get -k: %v", g)
 	}
 }
+
+// TestErrorMessageHasNoCode: the code and reason are printed once, in their
+// own fields (or at the start of the human line), never again inside the
+// message, however deep the coded error that caused it.
+func TestErrorMessageHasNoCode(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "db")
+	mustRun(t, "--dir", db, "put", "a1", "k", "v")
+	p := obj(t, mustRun(t, "--dir", db, "--json", "prove", "inclusion", "a1", "1").stdout)
+	p["leaf"] = "blake3:zz"
+	b, _ := json.Marshal(p)
+	proofFile := filepath.Join(dir, "bad-leaf.json")
+	frontierFile := filepath.Join(dir, "frontier.json")
+	if err := os.WriteFile(proofFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(frontierFile, []byte(`{"":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	codeRE := regexp.MustCompile(`[A-Z]+_[0-9]{3} [a-z_]+`)
+	for _, args := range [][]string{{"verify-proof", proofFile}, {"--dir", db, "merge", "--frontier", frontierFile}} {
+		r := runCLI(t, append([]string{"--json"}, args...)...)
+		wantCode(t, r, 2)
+		if msg := str(t, errObj(t, r, "INPUT_001"), "message"); codeRE.MatchString(msg) {
+			t.Errorf("%v: the message repeats a code: %q", args, msg)
+		}
+		r = runCLI(t, args...)
+		wantCode(t, r, 2)
+		if n := len(codeRE.FindAllString(r.stderr, -1)); n != 1 {
+			t.Errorf("%v: %d codes in the human line: %q", args, n, r.stderr)
+		}
+	}
+}

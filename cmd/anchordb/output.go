@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -313,20 +314,24 @@ func errorJSON(err error) errorJSONShape {
 	return errorJSONShape{Error: b}
 }
 
-// messageOf is err's message without the leading "CODE reason: " the coded
-// errors print, since the JSON shape carries those separately.
+// codePrefixRE matches the "CODE reason" a coded error prints before its
+// message, with the ": " after it when there is one.
+var codePrefixRE = regexp.MustCompile(`\b([A-Z]+_[0-9]{3}) ([a-z_]+)(: |$)`)
+
+// messageOf is err's message without the "CODE reason: " the coded errors
+// print, since the JSON shape (and errorLine) carries those separately. A
+// coded error wrapped in another prints its own code in the middle of the
+// outer message ("inclusion proof: INPUT_001 invalid_input: hash …"): every
+// one is dropped, not only the leading one.
 func messageOf(err error) string {
-	s := err.Error()
-	code := engine.CodeOf(err)
-	if code == "" {
-		return s
-	}
-	for _, p := range []string{string(code) + " " + code.Reason() + ": ", string(code) + " " + code.Reason()} {
-		if rest, ok := strings.CutPrefix(s, p); ok {
-			return rest
+	s := codePrefixRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := codePrefixRE.FindStringSubmatch(m)
+		if errs.Code(sub[1]).Reason() != sub[2] {
+			return m // not a code of SPEC §8 and its reason
 		}
-	}
-	return s
+		return ""
+	})
+	return strings.TrimSuffix(s, ": ")
 }
 
 // errorLine is the one-line human form: "STATE_002 conflict_detected: …".
