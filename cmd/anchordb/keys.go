@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
@@ -25,11 +27,14 @@ With --json prints {"name","verifier_key","key_file","pub_file"}.`,
 		var name, prefix string
 		var force bool
 		fs.StringVar(&name, "name", "anchordb", "key name, shown in the signature line (no spaces or '+')")
-		fs.StringVar(&prefix, "out", "anchordb", "file prefix: writes PREFIX.key and PREFIX.pub")
+		fs.StringVar(&prefix, "out", "anchordb", "file prefix, not a directory: writes PREFIX.key and PREFIX.pub")
 		fs.BoolVar(&force, "force", false, "overwrite existing key files")
 		return func(e *env, _ []string) error {
 			if prefix == "" {
 				return usagef("keygen", "--out must not be empty")
+			}
+			if err := checkKeyPrefix(prefix); err != nil {
+				return err
 			}
 			skey, vkey, err := proof.GenerateKeys(name)
 			if err != nil {
@@ -67,6 +72,19 @@ type keygenJSON struct {
 	VerifierKey string `json:"verifier_key"`
 	KeyFile     string `json:"key_file"`
 	PubFile     string `json:"pub_file"`
+}
+
+// checkKeyPrefix refuses an --out that names a directory: the key files
+// would be the hidden DIR/.key and DIR/.pub.
+func checkKeyPrefix(prefix string) error {
+	base := filepath.Base(prefix)
+	if strings.HasSuffix(prefix, "/") || strings.HasSuffix(prefix, string(filepath.Separator)) || base == "." || base == ".." {
+		return usagef("keygen", "--out %q names a directory; give a file prefix such as %s", prefix, filepath.Join(prefix, "anchordb"))
+	}
+	if st, err := os.Stat(prefix); err == nil && st.IsDir() {
+		return usagef("keygen", "--out %q is a directory; give a file prefix such as %s", prefix, filepath.Join(prefix, "anchordb"))
+	}
+	return nil
 }
 
 // writeKeyFile writes key and a newline to path with mode perm, durably.

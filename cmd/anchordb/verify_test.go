@@ -149,6 +149,23 @@ func TestKeygen(t *testing.T) {
 	r = runCLI(t, "--json", "keygen", "--name", "bad name", "--out", filepath.Join(dir, "k2"))
 	wantCode(t, r, 2)
 	errObj(t, r, "INPUT_001")
+	// --out is a file prefix: a directory, or a name ending in '/', would
+	// make the hidden files DIR/.key and DIR/.pub.
+	sub := filepath.Join(dir, "keys")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{sub, sub + "/", filepath.Join(dir, "absent") + "/", sub + "/."} {
+		r = runCLI(t, "--json", "keygen", "--out", out)
+		wantCode(t, r, 2)
+		errObj(t, r, "INPUT_001")
+	}
+	if ents, _ := os.ReadDir(sub); len(ents) != 0 {
+		t.Fatalf("keygen --out DIR wrote %v", ents)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "absent")); err == nil {
+		t.Fatal("keygen --out absent/ made a directory")
+	}
 	// The default prefix is ./anchordb.
 	cmd := exec.Command(binary, "keygen")
 	cmd.Dir = dir
