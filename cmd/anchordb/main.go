@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -248,18 +249,25 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return e.finish(err)
 }
 
-// jsonRequested reports whether --json appears among args, for reporting a
-// flag error that stopped parsing before --json was reached.
+// jsonRequested reports whether args turn --json on, for reporting a flag
+// error that stopped parsing before --json was reached. It reads --json as
+// pflag does: a value after '=' in any spelling strconv.ParseBool accepts,
+// the last one winning, nothing after "--".
 func jsonRequested(args []string) bool {
+	on := false
 	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "--json", "--json=true", "--json=1":
-			return true
+		if a == "--" {
+			break
+		}
+		if a == "--json" {
+			on = true
+		} else if v, ok := strings.CutPrefix(a, "--json="); ok {
+			if b, err := strconv.ParseBool(v); err == nil {
+				on = b
+			}
 		}
 	}
-	return false
+	return on
 }
 
 func argsWanted(c *command) string {

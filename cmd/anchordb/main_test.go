@@ -686,3 +686,24 @@ func TestErrorMessageHasNoCode(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONRequestedSpellings: a flag error before --json was parsed is still
+// reported as JSON for every spelling of true pflag accepts, and as text for
+// every spelling of false.
+func TestJSONRequestedSpellings(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	for _, v := range []string{"t", "T", "TRUE", "True", "true", "1"} {
+		for _, args := range [][]string{{"get", "k", "--json=" + v, "--bogus"}, {"--json=" + v, "--bogus", "get", "k"}} {
+			r := runCLI(t, append([]string{"--dir", dir}, args...)...)
+			wantCode(t, r, 2)
+			errObj(t, r, "INPUT_001")
+		}
+	}
+	for _, v := range []string{"f", "F", "FALSE", "0", "false"} {
+		r := runCLI(t, "--dir", dir, "get", "k", "--json", "--json="+v, "--bogus")
+		wantCode(t, r, 2)
+		if r.stdout != "" || !strings.Contains(r.stderr, "INPUT_001") {
+			t.Fatalf("--json=%s: %v", v, r)
+		}
+	}
+}
