@@ -26,8 +26,9 @@ var importCmd = &command{
 	detail: `Each non-blank line is one record, in either of two forms:
 
   {"anchor":"a","type":"put","key":"k","value":"v","idempotency_key":"op-1","counter":42,"time":"…"}
-      type defaults to "put"; key, value and idempotency_key are a JSON string or
-      {"b64":"<standard base64>"}; counter (1..2^63-1) and time (RFC 3339) are optional:
+      type defaults to "put" when absent or null (an empty one is refused); key, value
+      and idempotency_key are a JSON string or {"b64":"<standard base64>"}, and an
+      idempotency_key, when given, is 1..256 bytes; counter (1..2^63-1) and time (RFC 3339) are optional:
       without them the database clock assigns the counter and the time is now.
       Unknown fields are refused.
   {"anchor_id":"a","local_counter":5,"event_type":"T","payload":…,"timestamp":"…"}
@@ -297,6 +298,9 @@ func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
 	if err != nil {
 		return ent, err
 	}
+	if _, given := present(m, "idempotency_key"); given && len(ent.IdempotencyKey) == 0 {
+		return ent, errs.New(errs.CodeInvalidInput, `"idempotency_key" is empty: an idempotency key is 1..%d bytes (omit it for none)`, limits.MaxIdempotencyKey)
+	}
 	if err := segment.ValidateContent(ent.Anchor, ent.Type, ent.Key, ent.Value, ent.IdempotencyKey, limits); err != nil {
 		return ent, err
 	}
@@ -332,8 +336,10 @@ func parseNativeLine(m map[string]json.RawMessage) (engine.Entry, error) {
 	if ent.Type, err = stringField(m, "type", false); err != nil {
 		return ent, err
 	}
-	if ent.Type == "" {
+	if _, given := present(m, "type"); !given {
 		ent.Type = segment.TypePut
+	} else if ent.Type == "" {
+		return ent, errs.New(errs.CodeInvalidInput, `"type" is empty: a type is 1..%d bytes (omit it for a put)`, segment.MaxType)
 	}
 	if ent.Key, err = bytesField(m, "key"); err != nil {
 		return ent, err

@@ -293,6 +293,12 @@ func TestUsageErrors(t *testing.T) {
 		{"get", "a", "b"},                          // one key only
 		{"--dir", "", "stats"},                     // empty --dir
 		{"put", "a", "k", "v", "--no-sync=maybe"},  // bad bool
+		// Explicit values out of range are refused, not taken as "not given".
+		{"put", "a", "k", "v", "--idempotency-key", ""},
+		{"del", "a", "k", "--idempotency-key="},
+		{"put", "a", "k", "v", "--counter", "0"},
+		{"prove", "inclusion", "a", "1", "--size", "0"},
+		{"prove", "consistency", "a", "1", "2", "--size", "0"},
 	}
 	for _, args := range cases {
 		args = append([]string{"--dir", filepath.Join(dir, "db")}, args...)

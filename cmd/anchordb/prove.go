@@ -29,6 +29,9 @@ or a size beyond the anchor's is STATE_003 (exit 1).`,
 		var size uint64
 		fs.Uint64Var(&size, "size", 0, "inclusion: the tree size to prove against (default: the current size)")
 		return func(e *env, args []string) error {
+			if fs.Changed("size") && size == 0 {
+				return usagef("prove", "--size 0: a tree size to prove against is at least 1 (omit --size for the current size)")
+			}
 			switch args[0] {
 			case "inclusion":
 				if len(args) != 3 {
@@ -49,7 +52,7 @@ or a size beyond the anchor's is STATE_003 (exit 1).`,
 				e.out.json(p)
 				return nil
 			case "consistency":
-				if len(args) != 4 || size != 0 {
+				if len(args) != 4 || fs.Changed("size") {
 					return usagef("prove", "usage: prove consistency ANCHOR OLD NEW")
 				}
 				oldSize, err := parseCount("OLD", args[2])

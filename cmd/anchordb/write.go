@@ -11,13 +11,14 @@ import (
 
 // writeFlags are the flags of every single-record append.
 type writeFlags struct {
+	fs      *pflag.FlagSet // to tell a flag given from its default
 	idem    string
 	counter uint64
 	noSync  bool
 }
 
 func addWriteFlags(fs *pflag.FlagSet) *writeFlags {
-	w := &writeFlags{}
+	w := &writeFlags{fs: fs}
 	fs.StringVar(&w.idem, "idempotency-key", "", "idempotency key (1–256 bytes, scoped to the anchor): a retry returns the original receipt")
 	fs.Uint64Var(&w.counter, "counter", 0, "merge counter to record; must be above the anchor's last (default: the database clock assigns one)")
 	fs.BoolVar(&w.noSync, "no-sync", false, "return once the record reaches the OS, without waiting for the fsync")
@@ -29,6 +30,18 @@ func (w *writeFlags) entry(anchor, typ string, key, value []byte) engine.Entry {
 		IdempotencyKey: []byte(w.idem), Counter: w.counter}
 }
 
+// check refuses a flag given with a value out of its range: an empty
+// --idempotency-key or a --counter of 0 would otherwise read as not given.
+func (w *writeFlags) check(cmd string) error {
+	if w.fs.Changed("idempotency-key") && w.idem == "" {
+		return usagef(cmd, "--idempotency-key is empty: an idempotency key is 1..%d bytes (omit the flag for none)", segment.DefaultLimits().MaxIdempotencyKey)
+	}
+	if w.fs.Changed("counter") && w.counter == 0 {
+		return usagef(cmd, "--counter 0: a counter is 1..%d (omit the flag to let the database clock assign one)", uint64(engine.MaxCounter))
+	}
+	return nil
+}
+
 func (w *writeFlags) options() []engine.WriteOption {
 	if w.noSync {
 		return []engine.WriteOption{engine.WithNoSync(true)}
@@ -38,7 +51,10 @@ func (w *writeFlags) options() []engine.WriteOption {
 
 // appendOne validates the entry before touching the database (so bad input
 // creates nothing), appends it and prints the receipt.
-func (e *env) appendOne(ent engine.Entry, w *writeFlags) error {
+func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
+	if err := w.check(cmd); err != nil {
+		return err
+	}
 	if err := segment.ValidateContent(ent.Anchor, ent.Type, ent.Key, ent.Value, ent.IdempotencyKey, segment.DefaultLimits()); err != nil {
 		return err
 	}
@@ -72,7 +88,7 @@ var putCmd = &command{
 	setup: func(fs *pflag.FlagSet) runFunc {
 		w := addWriteFlags(fs)
 		return func(e *env, args []string) error {
-			return e.appendOne(w.entry(args[0], segment.TypePut, []byte(args[1]), []byte(args[2])), w)
+			return e.appendOne("put", w.entry(args[0], segment.TypePut, []byte(args[1]), []byte(args[2])), w)
 		}
 	},
 }
@@ -86,7 +102,7 @@ var delCmd = &command{
 	setup: func(fs *pflag.FlagSet) runFunc {
 		w := addWriteFlags(fs)
 		return func(e *env, args []string) error {
-			return e.appendOne(w.entry(args[0], segment.TypeDelete, []byte(args[1]), nil), w)
+			return e.appendOne("del", w.entry(args[0], segment.TypeDelete, []byte(args[1]), nil), w)
 		}
 	},
 }
@@ -112,6 +128,9 @@ put whose value is read from stdin (binary-safe). A delete reads nothing.
 			if err := segment.ValidateAnchorID(args[0]); err != nil {
 				return err
 			}
+			if err := w.check("append"); err != nil {
+				return err
+			}
 			var payload []byte
 			if typ != segment.TypeDelete {
 				var err error
@@ -119,7 +138,7 @@ put whose value is read from stdin (binary-safe). A delete reads nothing.
 					return err
 				}
 			}
-			return e.appendOne(w.entry(args[0], typ, []byte(key), payload), w)
+			return e.appendOne("append", w.entry(args[0], typ, []byte(key), payload), w)
 		}
 	},
 }
