@@ -157,6 +157,10 @@ func TestImportErrors(t *testing.T) {
 		{"empty event type", []string{`{"anchor_id":"e","event_type":"","payload":1}`}, "INPUT_001", 2, 1, 0},
 		{"empty idempotency key", []string{`{"anchor":"e","key":"k","value":"v","idempotency_key":""}`}, "INPUT_001", 2, 1, 0},
 		{"empty b64 idempotency key", []string{`{"anchor":"e","key":"k","value":"v","idempotency_key":{"b64":""}}`}, "INPUT_001", 2, 1, 0},
+		{"duplicate fields", []string{good, `{"anchor":"first","key":"k","value":"v1","value":"v2","anchor":"second"}`}, "INPUT_001", 2, 2, 1},
+		{"duplicate field by escape", []string{`{"anchor":"e","key":"k","k\u0065y":"k2"}`}, "INPUT_001", 2, 1, 0},
+		{"duplicate event field", []string{`{"anchor_id":"e","event_type":"X","payload":1,"payload":2}`}, "INPUT_001", 2, 1, 0},
+		{"duplicate b64", []string{`{"anchor":"e","key":"k","value":{"b64":"AA==","b64":"AQ=="}}`}, "INPUT_001", 2, 1, 0},
 		{"idempotency key too long", []string{`{"anchor":"e","key":"k","idempotency_key":"` + strings.Repeat("i", 257) + `"}`}, "INPUT_001", 2, 1, 0},
 		{"counter conflict", []string{`{"anchor":"e","key":"k","counter":10}`, good, `{"anchor":"e","key":"k","counter":10}`, good}, "STATE_002", 1, 3, 2},
 		{"event counter conflict", []string{`{"anchor_id":"e","local_counter":5,"event_type":"X"}`, `{"anchor_id":"e","local_counter":5,"event_type":"X"}`}, "STATE_002", 1, 2, 1},
@@ -173,6 +177,9 @@ func TestImportErrors(t *testing.T) {
 			}
 			if msg := str(t, e, "message"); !strings.HasPrefix(msg, "line "+strconv.Itoa(c.line)+": ") {
 				t.Fatalf("message does not name the line: %q", msg)
+			}
+			if strings.HasPrefix(c.name, "duplicate") && !strings.Contains(str(t, e, "message"), "appears twice") {
+				t.Fatalf("message does not say a field appears twice: %v", e)
 			}
 			// Exactly the lines before the failing one were imported.
 			if c.imported > 0 {

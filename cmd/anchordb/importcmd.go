@@ -277,19 +277,11 @@ var (
 // limits, so a bad line is refused with its line number before anything of
 // its batch is appended.
 func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
-	var m map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if err := dec.Decode(&m); err != nil {
-		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "not a JSON object: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "data after the JSON object")
-	}
-	if m == nil {
-		return engine.Entry{}, errs.New(errs.CodeInvalidInput, "not a JSON object")
+	m, err := readObject(line, "")
+	if err != nil {
+		return engine.Entry{}, err
 	}
 	var ent engine.Entry
-	var err error
 	if isEventLine(m) {
 		ent, err = parseEventLine(m)
 	} else {
@@ -305,6 +297,49 @@ func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
 		return ent, err
 	}
 	return ent, nil
+}
+
+// readObject decodes data, which must be one JSON object and nothing after
+// it, into its fields' raw values. A field that appears twice (also when
+// spelled with escapes, as "k\u0065y" and "key") is refused rather than
+// letting the last one win, as the policy and frontier parsers do. path
+// names the enclosing field in messages ("" for the line itself).
+func readObject(data []byte, path string) (map[string]json.RawMessage, error) {
+	what := "not a JSON object"
+	if path != "" {
+		what = fmt.Sprintf("%q is not a JSON object", path)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errs.New(errs.CodeInvalidInput, "%s", what)
+	}
+	m := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
+		}
+		key, _ := tok.(string) // object keys are strings
+		if _, seen := m[key]; seen {
+			return nil, errs.New(errs.CodeInvalidInput, "field %q appears twice", path+key)
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
+		}
+		m[key] = raw
+	}
+	if _, err := dec.Token(); err != nil { // '}'
+		return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errs.New(errs.CodeInvalidInput, "data after the JSON object")
+	}
+	return m, nil
 }
 
 func isEventLine(m map[string]json.RawMessage) bool {
@@ -443,8 +478,14 @@ func bytesField(m map[string]json.RawMessage, name string) ([]byte, error) {
 	if err := json.Unmarshal(raw, &s); err == nil {
 		return []byte(s), nil
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil || len(obj) != 1 || obj["b64"] == nil {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return nil, errs.New(errs.CodeInvalidInput, `%q must be a JSON string or {"b64":"…"}`, name)
+	}
+	obj, err := readObject(raw, name+".")
+	if err != nil {
+		return nil, err
+	}
+	if len(obj) != 1 || obj["b64"] == nil {
 		return nil, errs.New(errs.CodeInvalidInput, `%q must be a JSON string or {"b64":"…"}`, name)
 	}
 	var b64 string
