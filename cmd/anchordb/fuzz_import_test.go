@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
@@ -24,6 +25,8 @@ func FuzzImportLine(f *testing.F) {
 	f.Add([]byte(`{"anchor":"../x","type":"put","key":"k","value":"v"}`))
 	f.Add([]byte(`{"anchor":"a","counter":0}`))
 	f.Add([]byte(`[1,2]`))
+	f.Add([]byte(`{"anchor":"u\ud800","key":"\ufffd","value":"\ud83d\ude00"}`))
+	f.Add([]byte("{\"anchor\":\"u\xff\",\"key\":\"k\"}"))
 	limits := segment.DefaultLimits()
 	f.Fuzz(func(t *testing.T, line []byte) {
 		e, err := parseImportLine(line, limits)
@@ -32,6 +35,9 @@ func FuzzImportLine(f *testing.F) {
 				t.Fatalf("refused with %v (code %q)", err, errs.CodeOf(err))
 			}
 			return
+		}
+		if !utf8.Valid(line) {
+			t.Fatalf("accepted a line that is not valid UTF-8")
 		}
 		if err := segment.ValidateContent(e.Anchor, e.Type, e.Key, e.Value, e.IdempotencyKey, limits); err != nil {
 			t.Fatalf("accepted an entry the engine refuses: %v", err)

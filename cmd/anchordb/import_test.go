@@ -223,3 +223,55 @@ func TestImportConflictInsideBatch(t *testing.T) {
 		t.Fatalf("stats after a failed import: %v", st)
 	}
 }
+
+// TestImportUTF8: a JSON string is never silently changed. Invalid UTF-8
+// bytes and lone or unpaired surrogate escapes (which encoding/json turns
+// into U+FFFD) are refused with INPUT_001 naming the line and the field; a
+// genuine U+FFFD, literal or escaped, and a surrogate pair import as they are.
+func TestImportUTF8(t *testing.T) {
+	good := `{"anchor":"e","key":"k","value":"v"}`
+	for _, c := range []struct{ name, line, field string }{
+		{"raw anchor", "{\"anchor\":\"u\xff\",\"key\":\"k\",\"value\":\"v\"}", "anchor"},
+		{"raw key", "{\"anchor\":\"u\",\"key\":\"k\xff\",\"value\":\"v\"}", "key"},
+		{"raw value", "{\"anchor\":\"u\",\"key\":\"k\",\"value\":\"v\xfe\"}", "value"},
+		{"raw type", "{\"anchor\":\"u\",\"type\":\"T\xc3\",\"value\":\"v\"}", "type"},
+		{"raw idempotency key", "{\"anchor\":\"u\",\"key\":\"k\",\"idempotency_key\":\"i\xff\"}", "idempotency_key"},
+		{"raw payload", "{\"anchor_id\":\"u\",\"event_type\":\"T\",\"payload\":\"p\xff\"}", "payload"},
+		{"raw event type", "{\"anchor_id\":\"u\",\"event_type\":\"T\xff\"}", "event_type"},
+		{"lone high surrogate anchor", `{"anchor":"u\ud800","key":"k"}`, "anchor"},
+		{"lone low surrogate key", `{"anchor":"u","key":"\udc00"}`, "key"},
+		{"unpaired high surrogate value", `{"anchor":"u","key":"k","value":"\ud800x"}`, "value"},
+		{"reversed pair type", `{"anchor":"u","type":"\udc00\ud800","value":"v"}`, "type"},
+		{"surrogate beside a real U+FFFD", `{"anchor":"u","key":"k","value":"\ufffd\ud800"}`, "value"},
+		{"surrogate after an escaped backslash", `{"anchor":"u","key":"k","value":"\\ufffd\ud800"}`, "value"},
+		{"surrogate idempotency key", `{"anchor":"u","key":"k","idempotency_key":"\ud800"}`, "idempotency_key"},
+		{"surrogate payload", `{"anchor_id":"u","event_type":"T","payload":"\udfff"}`, "payload"},
+		{"surrogate time", `{"anchor":"u","key":"k","time":"2026-01-31T12:00:00Z\ud800"}`, "time"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := runCLI(t, "--dir", dir, "--json", "import", writeLines(t, good, c.line))
+			wantCode(t, r, 2)
+			e := errObj(t, r, "INPUT_001")
+			if msg := str(t, e, "message"); num(t, e, "line") != 2 || !strings.HasPrefix(msg, "line 2: ") || !strings.Contains(msg, strconv.Quote(c.field)) {
+				t.Fatalf("message does not name line 2 and field %q: %v", c.field, e)
+			}
+		})
+	}
+
+	dir := t.TempDir()
+	in := writeLines(t,
+		`{"anchor":"r\ufffd","key":"k1","value":"a\uFFFDb","idempotency_key":"i\ufffd"}`,
+		"{\"anchor\":\"r\uFFFD\",\"key\":\"k2\",\"value\":\"lit\uFFFD\",\"type\":\"T\uFFFD\"}",
+		`{"anchor":"r\ufffd","key":"k3","value":"\ud83d\ude00 \\ud800"}`,
+	)
+	r := mustRun(t, "--dir", dir, "--json", "import", in)
+	if m := obj(t, r.stdout); num(t, m, "imported") != 3 {
+		t.Fatalf("summary %v", m)
+	}
+	l := lines(t, mustRun(t, "--dir", dir, "--json", "log", "r\uFFFD").stdout)
+	if len(l) != 3 || l[0]["value"] != "a\uFFFDb" || l[0]["idempotency_key"] != "i\uFFFD" ||
+		l[1]["value"] != "lit\uFFFD" || l[1]["type"] != "T\uFFFD" || l[2]["value"] != "\U0001F600 \\ud800" {
+		t.Fatalf("log: %v", l)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
@@ -290,6 +291,11 @@ func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
 	if err != nil {
 		return ent, err
 	}
+	if !utf8.Valid(line) {
+		// Outside the fields read above (those name themselves): e.g. a
+		// field name, or a payload that is not a string.
+		return ent, errs.New(errs.CodeInvalidInput, `the line is not valid UTF-8 (write bytes as {"b64":"…"})`)
+	}
 	if _, given := present(m, "idempotency_key"); given && len(ent.IdempotencyKey) == 0 {
 		return ent, errs.New(errs.CodeInvalidInput, `"idempotency_key" is empty: an idempotency key is 1..%d bytes (omit it for none)`, limits.MaxIdempotencyKey)
 	}
@@ -412,8 +418,11 @@ func parseEventLine(m map[string]json.RawMessage) (engine.Entry, error) {
 		return ent, err
 	}
 	if raw, ok := m["payload"]; ok {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
+		s, isString, err := decodeString(raw, "payload")
+		if err != nil {
+			return ent, err
+		}
+		if isString {
 			ent.Value = []byte(s)
 		} else {
 			var buf bytes.Buffer
@@ -460,11 +469,60 @@ func stringField(m map[string]json.RawMessage, name string, required bool) (stri
 		}
 		return "", nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
+	s, isString, err := decodeString(raw, name)
+	if err != nil {
+		return "", err
+	}
+	if !isString {
 		return "", errs.New(errs.CodeInvalidInput, "%q must be a JSON string", name)
 	}
 	return s, nil
+}
+
+// decodeString decodes raw when it is a JSON string (isString false when it
+// is another JSON value), refusing what encoding/json would silently turn
+// into U+FFFD: bytes that are not UTF-8, and a lone or unpaired surrogate
+// escape such as "\ud800". The decoded string holds exactly as many U+FFFD
+// as the token spells, literally or as \ufffd, or one was made up.
+func decodeString(raw json.RawMessage, name string) (s string, isString bool, err error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '"' {
+		return "", false, nil
+	}
+	if !utf8.Valid(raw) {
+		return "", true, errs.New(errs.CodeInvalidInput, `%q is not valid UTF-8 (write bytes as {"b64":"…"})`, name)
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", true, errs.New(errs.CodeInvalidInput, "%q is not a valid JSON string: %v", name, err)
+	}
+	if strings.Count(s, "\uFFFD") > spelledReplacements(raw) {
+		return "", true, errs.New(errs.CodeInvalidInput, `%q holds a lone or unpaired UTF-16 surrogate escape, which is not a character (write bytes as {"b64":"…"})`, name)
+	}
+	return s, true, nil
+}
+
+// spelledReplacements counts the U+FFFD a JSON string token spells: the
+// literal character and the escapes \ufffd (any case), an escaped
+// backslash being skipped whole so that "\\ufffd" is not counted.
+func spelledReplacements(tok []byte) int {
+	n := 0
+	for i := 0; i < len(tok); {
+		if tok[i] == '\\' && i+1 < len(tok) {
+			if tok[i+1] == 'u' && i+6 <= len(tok) && strings.EqualFold(string(tok[i+2:i+6]), "fffd") {
+				n++
+				i += 6
+			} else {
+				i += 2 // \\, \", \n, … and the first two bytes of other \uXXXX
+			}
+			continue
+		}
+		r, size := utf8.DecodeRune(tok[i:])
+		if r == utf8.RuneError && size == 3 {
+			n++
+		}
+		i += size
+	}
+	return n
 }
 
 // bytesField reads a byte string: a JSON string (its UTF-8 bytes) or
@@ -474,8 +532,11 @@ func bytesField(m map[string]json.RawMessage, name string) ([]byte, error) {
 	if !ok {
 		return nil, nil
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
+	s, isString, err := decodeString(raw, name)
+	if err != nil {
+		return nil, err
+	}
+	if isString {
 		return []byte(s), nil
 	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
