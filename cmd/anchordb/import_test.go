@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto/sha256"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -131,11 +133,11 @@ func TestImportErrors(t *testing.T) {
 		line     int
 		imported int
 	}{
-		{"malformed json", []string{good, good, `{"anchor":"e",`}, "INPUT_001", 2, 3, 2},
+		{"malformed json", []string{good, good, `{"anchor":"e",`}, "INPUT_001", 2, 3, 0},
 		{"not an object", []string{`[1,2]`}, "INPUT_001", 2, 1, 0},
-		{"null", []string{good, `null`}, "INPUT_001", 2, 2, 1},
+		{"null", []string{good, `null`}, "INPUT_001", 2, 2, 0},
 		{"trailing data", []string{good + ` {}`}, "INPUT_001", 2, 1, 0},
-		{"unknown field", []string{good, `{"anchor":"e","key":"k","vaule":"v"}`}, "INPUT_001", 2, 2, 1},
+		{"unknown field", []string{good, `{"anchor":"e","key":"k","vaule":"v"}`}, "INPUT_001", 2, 2, 0},
 		{"missing anchor", []string{`{"key":"k","value":"v"}`}, "INPUT_001", 2, 1, 0},
 		{"empty anchor", []string{`{"anchor":"","key":"k"}`}, "INPUT_001", 2, 1, 0},
 		{"anchor too long", []string{`{"anchor":"` + strings.Repeat("x", 256) + `","key":"k"}`}, "INPUT_001", 2, 1, 0},
@@ -157,7 +159,7 @@ func TestImportErrors(t *testing.T) {
 		{"empty event type", []string{`{"anchor_id":"e","event_type":"","payload":1}`}, "INPUT_001", 2, 1, 0},
 		{"empty idempotency key", []string{`{"anchor":"e","key":"k","value":"v","idempotency_key":""}`}, "INPUT_001", 2, 1, 0},
 		{"empty b64 idempotency key", []string{`{"anchor":"e","key":"k","value":"v","idempotency_key":{"b64":""}}`}, "INPUT_001", 2, 1, 0},
-		{"duplicate fields", []string{good, `{"anchor":"first","key":"k","value":"v1","value":"v2","anchor":"second"}`}, "INPUT_001", 2, 2, 1},
+		{"duplicate fields", []string{good, `{"anchor":"first","key":"k","value":"v1","value":"v2","anchor":"second"}`}, "INPUT_001", 2, 2, 0},
 		{"duplicate field by escape", []string{`{"anchor":"e","key":"k","k\u0065y":"k2"}`}, "INPUT_001", 2, 1, 0},
 		{"duplicate event field", []string{`{"anchor_id":"e","event_type":"X","payload":1,"payload":2}`}, "INPUT_001", 2, 1, 0},
 		{"duplicate b64", []string{`{"anchor":"e","key":"k","value":{"b64":"AA==","b64":"AQ=="}}`}, "INPUT_001", 2, 1, 0},
@@ -181,10 +183,16 @@ func TestImportErrors(t *testing.T) {
 			if strings.HasPrefix(c.name, "duplicate") && !strings.Contains(str(t, e, "message"), "appears twice") {
 				t.Fatalf("message does not say a field appears twice: %v", e)
 			}
-			// Exactly the lines before the failing one were imported.
-			if c.imported > 0 {
-				anchor := "e"
-				l := lines(t, mustRun(t, "--dir", dir, "--json", "log", anchor).stdout)
+			if c.code == "INPUT_001" {
+				// A malformed line is found before anything is appended:
+				// the database was not even created.
+				if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+					t.Fatalf("a refused import left %v in the directory", ents)
+				}
+			} else {
+				// A refusal found while appending: exactly the lines
+				// before the failing one were imported.
+				l := lines(t, mustRun(t, "--dir", dir, "--json", "log", "e").stdout)
 				if len(l) != c.imported {
 					t.Fatalf("%d records in the log, want %d", len(l), c.imported)
 				}
@@ -273,5 +281,103 @@ func TestImportUTF8(t *testing.T) {
 	if len(l) != 3 || l[0]["value"] != "a\uFFFDb" || l[0]["idempotency_key"] != "i\uFFFD" ||
 		l[1]["value"] != "lit\uFFFD" || l[1]["type"] != "T\uFFFD" || l[2]["value"] != "\U0001F600 \\ud800" {
 		t.Fatalf("log: %v", l)
+	}
+}
+
+// dirState is every file under dir with its contents' length and hash, to
+// show a command changed nothing.
+func dirState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	st := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		st[rel] = fmt.Sprintf("%d %x", len(b), sha256.Sum256(b))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestImportAllOrNothing: a malformed or over-limit line anywhere in the
+// input, from a file or from stdin, is found before anything is appended,
+// so the database is unchanged (SPEC §9: never a partial write).
+func TestImportAllOrNothing(t *testing.T) {
+	var in []string
+	for i := 1; i <= 25; i++ {
+		in = append(in, fmt.Sprintf(`{"anchor":"w","key":"k%d","value":"%d"}`, i, i))
+	}
+	over := `{"anchor":"w","key":"big","value":"` + strings.Repeat("x", 16<<20+1) + `"}`
+	for _, c := range []struct {
+		name string
+		bad  string
+		at   int // the bad line's index in the input (its line number - 1)
+	}{
+		{"malformed last line", `{"anchor":"w",`, 25},
+		{"malformed middle line", `garbage`, 12},
+		{"over-limit value", over, 20},
+		{"unknown field", `{"anchor":"w","key":"k","vaule":"v"}`, 24},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mustRun(t, "--dir", dir, "put", "w", "seed", "1")
+			lines := append(append(append([]string(nil), in[:c.at]...), c.bad), in[c.at:]...)
+			file := writeLines(t, lines...)
+			// The segments hold the records (the index changes on any open).
+			segs := filepath.Join(dir, "anchors")
+			before := dirState(t, segs)
+			logBefore := mustRun(t, "--dir", dir, "--json", "log", "w").stdout
+
+			r := runCLI(t, "--dir", dir, "--json", "import", "--batch", "2", file)
+			wantCode(t, r, 2)
+			e := errObj(t, r, "INPUT_001")
+			if num(t, e, "line") != int64(c.at+1) || num(t, e, "imported") != 0 {
+				t.Fatalf("error %v, want line %d and nothing imported", e, c.at+1)
+			}
+			if got := mustRun(t, "--dir", dir, "--json", "log", "w").stdout; got != logBefore {
+				t.Fatalf("the log changed:\n%s", got)
+			}
+
+			// The same from stdin: spooled, checked, nothing appended, and
+			// the spool file is gone.
+			tmp := t.TempDir()
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = cli(t, data, []string{"--dir", dir, "--json", "import", "--batch", "2", "-"}, "TMPDIR="+tmp)
+			wantCode(t, r, 2)
+			if e := errObj(t, r, "INPUT_001"); num(t, e, "line") != int64(c.at+1) {
+				t.Fatalf("stdin: %v", e)
+			}
+			if got := mustRun(t, "--dir", dir, "--json", "log", "w").stdout; got != logBefore {
+				t.Fatalf("the log changed:\n%s", got)
+			}
+			if got := dirState(t, segs); !maps.Equal(got, before) {
+				t.Fatalf("a refused import changed the database:\nbefore %v\nafter  %v", before, got)
+			}
+			if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+				t.Fatalf("the spool file was left behind: %v", ents)
+			}
+		})
+	}
+
+	// A good input from stdin still imports, and leaves no spool behind.
+	dir, tmp := t.TempDir(), t.TempDir()
+	r := cli(t, []byte(strings.Join(in, "\n")), []string{"--dir", dir, "--json", "import", "--batch", "7", "-"}, "TMPDIR="+tmp)
+	wantCode(t, r, 0)
+	if m := obj(t, r.stdout); num(t, m, "imported") != 25 || num(t, m, "lines") != 25 {
+		t.Fatalf("summary %v", m)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Fatalf("the spool file was left behind: %v", ents)
 	}
 }

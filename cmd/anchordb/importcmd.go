@@ -38,12 +38,22 @@ var importCmd = &command{
       compact JSON encoding), timestamp (RFC 3339, optional) the record time. Optional
       key and idempotency_key as above; other fields are ignored.
 
-Lines are appended in atomic batches of --batch lines as they are read. On an error the
-import stops: every line before the failing one has been imported and nothing from it on,
-and the error names the line and how many records were imported before it. A malformed
-line is INPUT_001 (exit 2); a counter not above its anchor's last, or an idempotency key
-reused for another request, is STATE_002 (exit 1). Lines with idempotency keys make a
-re-run safe: they come back as duplicates.
+The import runs in two passes. The first reads and checks every line — JSON syntax,
+field names and types, a field given twice, UTF-8, the limits (anchor id, type, key,
+value, idempotency key, counter, time) — before the database is opened: if any line is
+malformed or over a limit, nothing is appended (the database is not even created), and
+the error is INPUT_001 (exit 2) naming the first such line, with "imported":0. A
+regular FILE is read twice; stdin or a pipe is copied to a temporary file in the OS temp
+directory ($TMPDIR) as it is checked, removed when the import ends, also on an error or
+an interrupt.
+
+The second pass appends the lines in atomic batches of --batch lines. Refusals that
+depend on the database's state can only be found then: a counter not above its anchor's
+last, or an idempotency key reused for another request, is STATE_002 (exit 1). On such a
+refusal the import stops: every line before the refused one has been imported (the
+batches before it, and the lines before it in its own batch) and nothing from it on; the
+error names the line and counts the records imported before it. Lines with idempotency
+keys make a re-run safe: they come back as duplicates.
 
 Prints a summary: {"imported":N,"duplicates":M,"lines":L} — records appended, lines whose
 idempotency key had been used for the same request (nothing appended), non-blank lines.`,
@@ -57,20 +67,20 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			if batch < 1 || batch > 1<<20 {
 				return usagef("import", "--batch must be 1..%d", 1<<20)
 			}
-			var in io.Reader = e.stdin
-			if args[0] != "-" {
-				f, err := os.Open(args[0])
-				if err != nil {
-					return errs.Wrap(errs.CodeInvalidInput, err, "open import file")
-				}
-				defer f.Close()
-				in = f
+			// Pass 1: every line is checked before the database is opened,
+			// so a malformed or over-limit line anywhere appends nothing.
+			limits := segment.DefaultLimits()
+			in, lines, cleanup, err := checkImportInput(e, args[0], limits)
+			defer cleanup()
+			if err != nil {
+				return err
 			}
+			// Pass 2: append.
 			db, err := e.open()
 			if err != nil {
 				return err
 			}
-			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: batch, prog: e.newProgress()}
+			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: batch, prog: e.newProgress(), total: lines}
 			if noSync {
 				im.opts = []engine.WriteOption{engine.WithNoSync(true)}
 			}
@@ -121,6 +131,102 @@ func plural(n int, noun string) string {
 
 func (e *importError) Unwrap() error { return e.err }
 
+// checkImportInput is the first pass of an import: it parses and checks
+// every line of FILE ('-': stdin) against limits, appending nothing, and
+// returns a reader of the same input from its start for the second pass,
+// with the number of non-blank lines. A regular file is read twice; stdin, a
+// pipe or any other stream is copied to a spool file in the OS temp
+// directory as it is checked, which cleanup removes (call it in every case,
+// also after an error).
+func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader, lines int, cleanup func(), err error) {
+	var closers []func()
+	cleanup = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	var src io.Reader = e.stdin
+	var file *os.File
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, 0, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
+		}
+		closers = append(closers, func() { f.Close() })
+		st, err := f.Stat()
+		if err != nil {
+			return nil, 0, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
+		}
+		if st.Mode().IsRegular() {
+			file = f
+		}
+		src = f
+	}
+	var spool *os.File
+	var spoolBuf *bufio.Writer
+	if file == nil {
+		// NB: a stream can be read only once: keep what pass 1 read.
+		spool, err = os.CreateTemp("", "anchordb-import-*.jsonl")
+		if err != nil {
+			return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "create a spool file for the import input")
+		}
+		closers = append(closers, func() { spool.Close(); os.Remove(spool.Name()) })
+		spoolBuf = bufio.NewWriterSize(spool, 1<<20)
+	}
+	lines, err = checkLines(e, src, spoolBuf, limits)
+	if err != nil {
+		return nil, 0, cleanup, err
+	}
+	rewind := file
+	if spool != nil {
+		if err := spoolBuf.Flush(); err != nil {
+			return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "write the spool file of the import input")
+		}
+		rewind = spool
+	}
+	if _, err := rewind.Seek(0, io.SeekStart); err != nil {
+		return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "rewind the import input")
+	}
+	return rewind, lines, cleanup, nil
+}
+
+// checkLines parses every line of r, copying each (with a newline, so the
+// line numbers stay) to spool when spool is not nil. The first bad line is
+// an importError naming it, with nothing imported.
+func checkLines(e *env, r io.Reader, spool *bufio.Writer, limits segment.Limits) (int, error) {
+	br := bufio.NewReaderSize(r, 1<<20)
+	lineNo, lines := 0, 0
+	for {
+		if err := e.ctx.Err(); err != nil {
+			return lines, &importError{err: err}
+		}
+		line, err := readLine(br)
+		if err == io.EOF {
+			return lines, nil
+		}
+		lineNo++
+		if err != nil {
+			return lines, &importError{line: lineNo, err: err}
+		}
+		if spool != nil {
+			_, err := spool.Write(line)
+			if err == nil {
+				err = spool.WriteByte('\n')
+			}
+			if err != nil {
+				return lines, errs.Wrap(errs.CodeWriteFailed, err, "write the spool file of the import input")
+			}
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		lines++
+		if _, err := parseImportLine(line, limits); err != nil {
+			return lines, &importError{line: lineNo, err: err}
+		}
+	}
+}
+
 // maxLine bounds one input line: a value at the 16 MiB limit in base64 with
 // a key at its limit, with room for JSON escapes.
 const maxLine = 128 << 20
@@ -135,6 +241,7 @@ type importer struct {
 
 	entries []engine.Entry
 	lineNos []int // the input line of each pending entry
+	total   int   // the non-blank lines pass 1 counted
 
 	lines, imported, duplicates int
 }
@@ -160,7 +267,9 @@ func (im *importer) run(in io.Reader) error {
 		im.lines++
 		ent, err := parseImportLine(line, im.limits)
 		if err != nil {
-			// Everything before the failing line is imported, nothing from it on.
+			// Pass 1 accepted every line: a regular file changed between
+			// the passes. Everything before the failing line is imported,
+			// nothing from it on.
 			if ferr := im.flush(); ferr != nil {
 				return ferr
 			}
@@ -172,7 +281,7 @@ func (im *importer) run(in io.Reader) error {
 			if err := im.flush(); err != nil {
 				return err
 			}
-			im.prog.update("import: %d lines, %d records imported", im.lines, im.imported)
+			im.prog.update("import: %d of %d lines, %d records imported", im.lines, im.total, im.imported)
 		}
 		if err := im.e.ctx.Err(); err != nil {
 			return &importError{imported: im.imported, duplicates: im.duplicates, err: err}
