@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,4 +148,56 @@ func TestDemo(t *testing.T) {
 	if strings.Count(r.stdout, "\n") != 1 || !strings.HasPrefix(r.stdout, "demo ok") {
 		t.Fatalf("quiet demo: %q", r.stdout)
 	}
+}
+
+// TestNoDatabaseNotCreated: a command that only reads, or that works on an
+// existing database, refuses a --dir that does not exist or holds no
+// database with INPUT_001 instead of creating one there; a refused import
+// creates nothing either. Writing commands still create a fresh database.
+func TestNoDatabaseNotCreated(t *testing.T) {
+	tmp := t.TempDir()
+	k := filepath.Join(tmp, "signer")
+	mustRun(t, "keygen", "--out", k)
+	policy := filepath.Join(tmp, "policy.json")
+	if err := os.WriteFile(policy, []byte(`{"version":"v1","keep_snapshots":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := writeLines(t, "garbage", `{"anchor":"a","key":"k","value":"v"}`)
+	cmds := [][]string{
+		{"get", "k"}, {"history", "k"}, {"scan"}, {"log", "a"}, {"merge"}, {"verify"}, {"stats"},
+		{"snapshot", "list"}, {"snapshot", "verify"}, {"snapshot", "create"},
+		{"prove", "inclusion", "a", "1"}, {"prove", "consistency", "a", "1", "2"},
+		{"checkpoint", "create", "--key", k + ".key"}, {"compact", "--policy", policy},
+		{"rebuild-index"}, {"import", bad},
+	}
+	empty := filepath.Join(tmp, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range cmds {
+		missing := filepath.Join(tmp, "missing")
+		for _, dir := range []string{missing, empty} {
+			r := runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
+			wantCode(t, r, 2)
+			e := errObj(t, r, "INPUT_001")
+			if args[0] != "import" && !strings.Contains(str(t, e, "message"), "no anchordb database at "+dir) {
+				t.Fatalf("%v in %s: %v", args, dir, e)
+			}
+		}
+		if _, err := os.Stat(missing); err == nil {
+			t.Fatalf("%v created %s", args, missing)
+		}
+		if ents, _ := os.ReadDir(empty); len(ents) != 0 {
+			t.Fatalf("%v wrote %v into an empty directory", args, ents)
+		}
+	}
+	// Writers create one.
+	good := writeLines(t, `{"anchor":"a","key":"k","value":"v"}`)
+	for i, args := range [][]string{{"put", "a", "k", "v"}, {"del", "a", "k"}, {"import", good}} {
+		dir := filepath.Join(tmp, fmt.Sprint("new", i))
+		mustRun(t, append([]string{"--dir", dir}, args...)...)
+		mustRun(t, "--dir", dir, "stats")
+	}
+	r := cli(t, []byte("x"), []string{"--dir", filepath.Join(tmp, "new-append"), "append", "a", "--type", "T"})
+	wantCode(t, r, 0)
 }

@@ -76,7 +76,7 @@ idempotency key had been used for the same request (nothing appended), non-blank
 				return err
 			}
 			// Pass 2: append.
-			db, err := e.open()
+			db, err := e.openOrCreate()
 			if err != nil {
 				return err
 			}

@@ -50,7 +50,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			if samePath(from, e.g.dir) {
 				return usagef("ingest", "--from names the database itself")
 			}
-			db, err := e.open()
+			db, err := e.openOrCreate()
 			if err != nil {
 				return err
 			}

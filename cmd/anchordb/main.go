@@ -22,12 +22,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
 
@@ -400,9 +402,35 @@ type env struct {
 	db     *engine.DB
 }
 
-// open opens the database in --dir (creating it if needed). The database is
-// closed when the command returns.
+// open opens the existing database in --dir; a directory that does not
+// exist or holds no database is INPUT_001 and is left as it is (a command
+// that reads must not create a database). The database is closed when the
+// command returns.
 func (e *env) open() (*engine.DB, error) {
+	if e.db == nil {
+		if err := isDatabase(e.g.dir); err != nil {
+			return nil, err
+		}
+	}
+	return e.openWith(engine.Options{})
+}
+
+// isDatabase checks that dir holds an anchordb database (its DBID file or
+// its anchors directory), so that a command that only reads, a dry run or
+// a rebuild never creates one.
+func isDatabase(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, engine.IDFile)); err == nil {
+		return nil
+	}
+	if st, err := os.Stat(filepath.Join(dir, segment.AnchorsDir)); err == nil && st.IsDir() {
+		return nil
+	}
+	return errs.New(errs.CodeInvalidInput, "no anchordb database at %s", dir)
+}
+
+// openOrCreate opens the database in --dir, creating a fresh one if there is
+// none: for the commands that write (put, del, append, import, ingest).
+func (e *env) openOrCreate() (*engine.DB, error) {
 	return e.openWith(engine.Options{})
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/anchordb/anchordb/engine"
 )
 
 // mergeFixture writes three anchors whose merged order is c, a, b: counters
@@ -132,8 +134,16 @@ func TestMergeCommand(t *testing.T) {
 		wantCode(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
-	// An empty database merges to nothing, with the empty root.
+	// An empty database merges to nothing, with the empty root. (An empty
+	// directory is no database: merge refuses it rather than create one.)
 	empty := t.TempDir()
+	db, err := engine.Open(empty, engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if r := mustRun(t, "--dir", empty, "--json", "merge"); r.stdout != "" {
 		t.Fatalf("merge of an empty database: %v", r)
 	}

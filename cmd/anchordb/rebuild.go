@@ -2,13 +2,9 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
-	"github.com/anchordb/anchordb/internal/errs"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
 
@@ -122,16 +118,4 @@ func fromText(fromSnapshot bool) string {
 		return "starting at the newest snapshot that verifies, "
 	}
 	return ""
-}
-
-// isDatabase checks that dir holds an anchordb database, so that neither a
-// dry run nor a rebuild ever creates one.
-func isDatabase(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, engine.IDFile)); err == nil {
-		return nil
-	}
-	if st, err := os.Stat(filepath.Join(dir, segment.AnchorsDir)); err == nil && st.IsDir() {
-		return nil
-	}
-	return errs.New(errs.CodeInvalidInput, "no anchordb database in %s", dir)
 }

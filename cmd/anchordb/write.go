@@ -61,7 +61,7 @@ func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
 	if ent.Counter > engine.MaxCounter {
 		return errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d", ent.Counter, uint64(engine.MaxCounter))
 	}
-	db, err := e.open()
+	db, err := e.openOrCreate()
 	if err != nil {
 		return err
 	}
