@@ -148,19 +148,18 @@ func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader,
 	var src io.Reader = e.stdin
 	var file *os.File
 	if name != "-" {
-		f, err := os.Open(name)
+		f, in, regular, err := openInput(e.ctx, name)
 		if err != nil {
+			if e.ctx.Err() != nil {
+				return nil, 0, cleanup, err
+			}
 			return nil, 0, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
 		}
 		closers = append(closers, func() { f.Close() })
-		st, err := f.Stat()
-		if err != nil {
-			return nil, 0, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
-		}
-		if st.Mode().IsRegular() {
+		if regular {
 			file = f
 		}
-		src = f
+		src = in
 	}
 	var spool *os.File
 	var spoolBuf *bufio.Writer
@@ -206,6 +205,9 @@ func checkLines(e *env, r io.Reader, spool *bufio.Writer, limits segment.Limits)
 		}
 		lineNo++
 		if err != nil {
+			if cerr := e.ctx.Err(); cerr != nil {
+				return lines, &importError{err: cerr} // interrupted while reading
+			}
 			return lines, &importError{line: lineNo, err: err}
 		}
 		if spool != nil {
@@ -324,6 +326,10 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 func (im *importer) flush() error {
 	if len(im.entries) == 0 {
 		return nil
+	}
+	if err := im.e.ctx.Err(); err != nil {
+		// Interrupted: no append starts after the context ended.
+		return &importError{imported: im.imported, duplicates: im.duplicates, err: err}
 	}
 	entries, lineNos := im.entries, im.lineNos
 	im.entries, im.lineNos = im.entries[:0], im.lineNos[:0]

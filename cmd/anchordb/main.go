@@ -182,7 +182,8 @@ func main() {
 // run runs one command line and returns the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{}
-	e := &env{ctx: ctx, g: g, stdin: stdin, stderr: stderr, out: newOutput(stdout)}
+	// Reads of stdin end when ctx does (an interrupt), even while it idles.
+	e := &env{ctx: ctx, g: g, stdin: newCtxReader(ctx, stdin), stderr: stderr, out: newOutput(stdout)}
 
 	// Find the command: global flags may come first.
 	pre := newFlagSet("anchordb")

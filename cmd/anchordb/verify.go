@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -145,10 +146,14 @@ func readInput(e *env, path, what string) ([]byte, error) {
 		b, err = readAllLimited(e.stdin)
 	} else {
 		var f *os.File
-		if f, err = os.Open(path); err == nil {
-			b, err = readAllLimited(f)
+		var in io.Reader
+		if f, in, _, err = openInput(e.ctx, path); err == nil {
+			b, err = readAllLimited(in)
 			_ = f.Close()
 		}
+	}
+	if err != nil && e.ctx.Err() != nil {
+		return nil, err // interrupted
 	}
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeInvalidInput, err, "read %s file", what)

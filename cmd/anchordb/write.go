@@ -61,8 +61,14 @@ func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
 	if ent.Counter > engine.MaxCounter {
 		return errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d", ent.Counter, uint64(engine.MaxCounter))
 	}
+	if err := e.ctx.Err(); err != nil {
+		return err // interrupted (e.g. while reading the payload): append nothing
+	}
 	db, err := e.openOrCreate()
 	if err != nil {
+		return err
+	}
+	if err := e.ctx.Err(); err != nil {
 		return err
 	}
 	r, err := db.Append(e.ctx, ent, w.options()...)

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startIdle starts the binary with args and stdin, waits until it has run
+// for a moment (blocked on its idle input), sends SIGINT and returns the
+// result, failing if the process does not end within a few seconds.
+func startIdle(t *testing.T, stdin *os.File, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Stdin = stdin
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	time.Sleep(1500 * time.Millisecond)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return result{stdout: out.String(), stderr: errb.String(), code: code}
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v: still running 5 s after SIGINT, its input idle\nstdout: %s\nstderr: %s", args, out.String(), errb.String())
+		return result{}
+	}
+}
+
+// TestInterruptWhileReadingInput: SIGINT ends a command blocked on an idle
+// stdin, pipe or FIFO promptly, with the exit status of an interrupted
+// command (2, IO_001 "interrupted"), and nothing is appended, also when the
+// input later closes.
+func TestInterruptWhileReadingInput(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	mustRun(t, "--dir", dir, "put", "seed", "k", "v")
+	records := func() int64 {
+		return num(t, obj(t, mustRun(t, "--dir", dir, "--json", "stats").stdout), "records")
+	}
+
+	// append with its payload on an idle pipe.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pw.WriteString("part of a payload"); err != nil {
+		t.Fatal(err)
+	}
+	r := startIdle(t, pr, "--dir", dir, "--json", "append", "a", "--type", "T")
+	pw.Close()
+	pr.Close()
+	wantCode(t, r, 2)
+	errObj(t, r, "IO_001")
+
+	// import from stdin, one line sent and then nothing.
+	pr, pw, err = os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pw.WriteString(`{"anchor":"s","key":"a","value":"1"}` + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	r = startIdle(t, pr, "--dir", dir, "--json", "import", "--batch", "1", "-")
+	pw.Close()
+	pr.Close()
+	wantCode(t, r, 2)
+	errObj(t, r, "IO_001")
+
+	// import from a FIFO whose writer idles.
+	fifo := filepath.Join(t.TempDir(), "f")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	opened := make(chan *os.File, 1)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err == nil {
+			_, _ = w.WriteString(`{"anchor":"s","key":"a","value":"1"}` + "\n")
+		}
+		opened <- w
+	}()
+	r = startIdle(t, nil, "--dir", dir, "--json", "import", "--batch", "1", fifo)
+	if w := <-opened; w != nil {
+		w.Close()
+	}
+	wantCode(t, r, 2)
+	errObj(t, r, "IO_001")
+
+	// A FIFO nobody opens for writing: the open itself is interrupted.
+	fifo2 := filepath.Join(t.TempDir(), "f2")
+	if err := syscall.Mkfifo(fifo2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = startIdle(t, nil, "--dir", dir, "--json", "import", fifo2)
+	wantCode(t, r, 2)
+
+	time.Sleep(200 * time.Millisecond) // let any late append show
+	if n := records(); n != 1 {
+		t.Fatalf("%d records after the interrupted commands, want the 1 seed", n)
+	}
+}
