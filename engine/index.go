@@ -68,10 +68,18 @@ func (db *DB) openIndex() (err error) {
 	// A flush must never make durable an index row whose record is not yet
 	// durable in the journal (a NoSync group's block may still be unsynced):
 	// sync the journal before any flush writes a table.
+	//
+	// If that fsync fails, the flush must not happen, and Pebble cannot be
+	// told not to flush: marking the database failed and letting it go on
+	// made index rows durable ahead of their records, which a power loss
+	// then turned into damage. So it takes Pebble's own fatal path, as a
+	// failed MANIFEST write does: the process ends, the memtable (this
+	// index has no WAL) with it, and the next Open recovers from the
+	// journal and the segments.
 	po.EventListener = &pebble.EventListener{FlushBegin: func(pebble.FlushInfo) {
 		if w := db.flushJournal.Load(); w != nil {
 			if err := w.Sync(); err != nil {
-				_ = db.fail(errs.Wrap(errs.CodeWriteFailed, err, "journal sync before index flush"))
+				pebbleLogger{l: db.opts.Logger, db: db}.Fatalf("journal fdatasync before an index flush failed: %v", err)
 			}
 		}
 	}}
