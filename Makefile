@@ -17,7 +17,7 @@ demo: build
 ## test: everything CI runs. Keep under 10 minutes on 2 cores.
 test: lint
 	$(GO) test -count=1 -timeout 30m $(PKGS)
-	$(GO) test -count=1 -race -short -timeout 30m ./engine/ ./segment/
+	$(GO) test -count=1 -race -short -timeout 30m ./engine/ ./segment/ ./internal/journal/
 	$(MAKE) conformance
 
 conformance: build

@@ -63,6 +63,12 @@ type DB struct {
 	// flushJournal is the journal as seen by the index's flush hook, which
 	// runs on Pebble's goroutines.
 	flushJournal atomic.Pointer[journal.Writer]
+	// indexedUpTo is the journal position after the last group applied to
+	// the index: what the flush hook must have durable before a flush.
+	indexedUpTo struct {
+		sync.Mutex
+		pos journal.Pos
+	}
 	// Owned by the commit leader.
 	journalBytes int64         // since the last settle
 	clock        atomic.Uint64 // the Lamport clock, as far as the leader got

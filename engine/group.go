@@ -213,6 +213,15 @@ func (db *DB) applyGroups(groups []*group) {
 		}
 	}
 	if merged != nil {
+		// Raised before the rows reach the memtable: a flush that starts
+		// the moment they do must already sync their journal blocks.
+		db.indexedUpTo.Lock()
+		for _, g := range groups {
+			if g.err == nil && db.indexedUpTo.pos.Less(g.end) {
+				db.indexedUpTo.pos = g.end
+			}
+		}
+		db.indexedUpTo.Unlock()
 		if err := db.applyBatch(merged); err != nil {
 			err = db.fail(err)
 			for _, g := range groups {

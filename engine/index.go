@@ -76,9 +76,17 @@ func (db *DB) openIndex() (err error) {
 	// failed MANIFEST write does: the process ends, the memtable (this
 	// index has no WAL) with it, and the next Open recovers from the
 	// journal and the segments.
+	//
+	// Only groups already applied can be in the memtable, so the sync goes
+	// to the end of the last one, not to the end of the journal: sync
+	// groups are durable before they are applied, so with no NoSync group
+	// pending this is no fsync at all and cannot fail.
 	po.EventListener = &pebble.EventListener{FlushBegin: func(pebble.FlushInfo) {
 		if w := db.flushJournal.Load(); w != nil {
-			if err := w.Sync(); err != nil {
+			db.indexedUpTo.Lock()
+			upTo := db.indexedUpTo.pos
+			db.indexedUpTo.Unlock()
+			if err := w.SyncTo(upTo); err != nil {
 				pebbleLogger{l: db.opts.Logger, db: db}.Fatalf("journal fdatasync before an index flush failed: %v", err)
 			}
 		}

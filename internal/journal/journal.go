@@ -300,6 +300,10 @@ func (w *Writer) Rotate() (Pos, error) {
 	if err != nil {
 		return Pos{}, err
 	}
+	// A SyncTo in flight may be fsyncing the previous file outside mu; the
+	// sync lock keeps it from being closed under it.
+	w.syncMu.Lock()
+	defer w.syncMu.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.old != nil {

@@ -181,3 +181,56 @@ func TestConcurrentSyncers(t *testing.T) {
 		t.Fatalf("read %d, tail %+v", len(got), tail)
 	}
 }
+
+// Rotations with no sync in between, while another goroutine syncs: a
+// SyncTo fsyncs the previous file outside the writer's mutex, so a second
+// Rotate must not close that file under it (found by -race in the engine's
+// recovery tests once the index flush stopped syncing the whole journal).
+func TestRotateWhileSyncing(t *testing.T) {
+	fs := vfs.NewMem()
+	_ = fs.MkdirAll("j", 0o755)
+	w, err := Create(fs, "j", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	const syncers = 4
+	errc := make(chan error, syncers)
+	for s := 0; s < syncers; s++ {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errc <- nil
+					return
+				default:
+				}
+				if err := w.SyncTo(w.End()); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < 3000; i++ {
+		w.AppendBuffered(block(w.Gen(), []byte(fmt.Sprint("record ", i))))
+		if _, err := w.Rotate(); err != nil {
+			t.Fatal(err)
+		}
+		if i%100 == 0 {
+			// Old generations are removed as a settle would.
+			if err := RemoveBefore(fs, "j", w.Gen()-1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(stop)
+	for s := 0; s < syncers; s++ {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
