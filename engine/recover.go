@@ -28,6 +28,9 @@ import (
 //     damage if the index has records in the missing bytes, and otherwise a
 //     hole the journal itself left (a NoSync journal file torn by a power
 //     loss): the frames after it cannot link and are dropped, and reported.
+//     The same holds for the segment whose seal is restored: missing, without
+//     a whole header (a 0-byte file) or torn where the index vouches for
+//     nothing, it lost its unsettled bytes with the journal's records of them.
 //  2. Tail reconciliation. Every anchor directory on disk is compared with
 //     the index. Whole, chain-linked frames past the index's end — restored
 //     from the journal, or written by a NoSync append whose index rows were
@@ -377,14 +380,28 @@ func (db *DB) journalHole(a *anchor, segno uint64, path string, size int64, firs
 }
 
 // restorePreviousSeal finds the end of record lastSeq (hash lastHash) in
-// segment segno — settled, so whole — and restores the seal after it.
+// segment segno and restores the seal after it.
+//
+// The segment is whole up to lastSeq only where it is settled. Its records
+// past the settle point were in the journal just before the ones being
+// replayed, and a NoSync journal file torn by a power loss can lose them while
+// a later journal file keeps the seal and the next segment's first record;
+// the segment's own unsynced bytes (even its header, if it was created since
+// the settle) can go with them. What the index does not vouch for is then a
+// hole the journal left, never damage (see segmentHole and sealHole).
 func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash segment.Hash) error {
 	path := db.segmentPath(a, segno)
+	// Stat first: OpenReadWrite would create a missing segment.
+	if _, err := db.fs.Stat(path); err != nil {
+		if oserrorIsNotExist(err) {
+			e := errs.New(errs.CodeChainBroken, "segment %s is missing; the index has records in it or after it", path)
+			e.File = path
+			return db.segmentHole(a, segno, e)
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
 	f, err := db.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		if oserrorIsNotExist(err) {
-			return db.sealHole(a, path, 0, lastSeq)
-		}
 		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 	}
 	defer f.Close()
@@ -394,12 +411,24 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 	}
 	sc, err := segment.NewScanner(f, st.Size())
 	if err != nil {
+		var fe *segment.FrameError
+		if errors.As(err, &fe) && fe.Kind == segment.Torn {
+			// No whole header (a 0-byte file whose directory entry outlived
+			// its data): the segment holds no record.
+			return db.segmentHole(a, segno, fe.AsError(a.id, path))
+		}
 		return frameErr(a.id, path, err)
 	}
 	for sc.NextSeq() <= lastSeq {
 		if _, err := sc.Next(); err != nil {
 			if errors.Is(err, io.EOF) {
 				break
+			}
+			var fe *segment.FrameError
+			if errors.As(err, &fe) && a.snapshot().head < sc.NextSeq() {
+				// A frame no index row vouches for: the segment's unsettled
+				// tail, torn by the crash that tore the journal.
+				return errJournalHole
 			}
 			return frameErr(a.id, path, err)
 		}
@@ -414,6 +443,20 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 	}
 	last := segment.Record{Seq: lastSeq, Hash: lastHash}
 	return db.restoreSealAfter(a, f, path, sc.Offset(), last)
+}
+
+// segmentHole decides what a previous segment that is missing or has no
+// whole header means: it holds no record. If the index has records in it, or
+// has moved past it to a later segment, they were settled and are lost:
+// damage. Otherwise the segment was created since the last settle and a power
+// loss took its bytes along with the journal's records of it (NoSync): a hole
+// the journal left, whose later frames cannot link. Reconciliation then
+// removes a headerless newest segment as a torn creation.
+func (db *DB) segmentHole(a *anchor, segno uint64, damage *errs.Error) error {
+	if st := a.snapshot(); st.segno > segno || (st.segno == segno && st.segSize > 0) {
+		return damage
+	}
+	return errJournalHole
 }
 
 // sealHole decides what a previous segment that ends (at seq have) before
