@@ -476,3 +476,35 @@ func TestAppendWithEndedContextAppendsNothing(t *testing.T) {
 		t.Fatalf("anchor after refused appends: %+v %v", info, err)
 	}
 }
+
+// At the in-flight bound, an append whose context has already ended is a
+// capacity refusal (SPEC §8: CAP_001, or CAP_002 with RefuseWhenFull), as
+// before the ended-context check above was added; a review caught that
+// check running first and returning a bare context.Canceled.
+func TestEndedContextAtTheBoundIsACapacityRefusal(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		t.Run(fmt.Sprintf("refuseWhenFull=%v", refuse), func(t *testing.T) {
+			db := mustOpen(t, slowSyncFS(vfs.NewMem(), 200*time.Millisecond), Options{MaxInFlightRecords: 1, RefuseWhenFull: refuse})
+			defer db.Close()
+			first := make(chan error, 1)
+			go func() {
+				_, err := db.Put(context.Background(), "a", []byte("k1"), []byte("v"))
+				first <- err
+			}()
+			waitInFlight(t, db)
+			ended, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err := db.Put(ended, "b", []byte("k2"), []byte("v"))
+			want := ErrCapacityExhausted
+			if refuse {
+				want = ErrQueueFull
+			}
+			if !errors.Is(err, want) {
+				t.Fatalf("append at the bound with an ended context: %v, want %v", err, want)
+			}
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -81,11 +81,6 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if err := db.writable(); err != nil {
 		return nil, err
 	}
-	// A caller that gave up (Ctrl-C in the CLI) must not have its append
-	// made anyway just because nothing had to wait.
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
 	var wo writeOptions
 	for _, o := range opts {
 		o(&wo)
@@ -122,7 +117,11 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 		return nil, err
 	}
 	defer db.adm.release(&c)
+	// A caller that gave up (Ctrl-C in the CLI) must not have its append
+	// made anyway because admission had room and did not wait. (When it
+	// had to wait, acquire itself refuses with CAP_001 or CAP_002.)
 	if err := ctx.Err(); err != nil {
+		db.adm.returnTokens(c.anchors)
 		return nil, err
 	}
 

@@ -14,6 +14,8 @@ fuzztime=$1
 shift
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+# dash runs no EXIT trap when a signal kills it: turn the signal into an exit.
+trap 'exit 130' INT TERM
 
 # deadline_only: the log shows the coordinator's deadline race and nothing
 # that a real finding prints.
