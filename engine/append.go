@@ -42,6 +42,10 @@ type Receipt struct {
 // per-record overhead): a commit group must fit one journal block.
 const MaxBatchBytes = 256 << 20
 
+// RecordOverhead is what each record counts toward MaxBatchBytes (and the
+// admission byte bound) besides its key, value and idempotency key.
+const RecordOverhead = 128
+
 // MaxCounter is the largest counter the engine accepts, so counters always
 // fit a signed 64-bit integer (and JSON consumers that parse them as such).
 const MaxCounter = math.MaxInt64
@@ -101,7 +105,7 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 		if e.Counter > MaxCounter {
 			return nil, errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d", e.Counter, uint64(MaxCounter))
 		}
-		bytes += int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + 128)
+		bytes += int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)
 	}
 	if bytes > MaxBatchBytes {
 		return nil, errs.New(errs.CodeInvalidInput, "batch of %d bytes is above the %d-byte limit of one append", bytes, MaxBatchBytes)
@@ -171,7 +175,7 @@ func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs
 					c.free[i] = true
 					dups++
 					c.records--
-					c.bytes -= int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + 128)
+					c.bytes -= int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)
 					continue
 				}
 			}

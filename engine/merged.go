@@ -7,7 +7,6 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
-	"github.com/cockroachdb/pebble/v2"
 )
 
 // The merged view (SPEC §1, §4): every anchor's log in one order by
@@ -210,14 +209,9 @@ func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version,
 			return Version{}, e
 		}
 	}
-	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
-		return Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
-	}
-	lower := keyPrefix(key)
-	upper := append(lower[:len(lower)-1:len(lower)-1], 2)
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := db.versionRows(db.index, key)
 	if err != nil {
-		return Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+		return Version{}, err
 	}
 	defer it.Close()
 	// Versions are newest first: the first one inside f wins.

@@ -38,14 +38,9 @@ func (db *DB) latest(ctx context.Context, r pebble.Reader, key []byte) (Version,
 	if err := ctx.Err(); err != nil {
 		return Version{}, err
 	}
-	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
-		return Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
-	}
-	lower := keyPrefix(key)
-	upper := append(lower[:len(lower)-1:len(lower)-1], 2)
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	it, err := db.versionRows(r, key)
 	if err != nil {
-		return Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+		return Version{}, err
 	}
 	defer it.Close()
 	if !it.First() {
@@ -55,6 +50,21 @@ func (db *DB) latest(ctx context.Context, r pebble.Reader, key []byte) (Version,
 		return Version{Key: key}, ErrNotFound
 	}
 	return db.decodeVersion(ctx, it.Key(), it.Value())
+}
+
+// versionRows checks key and returns an iterator over its 'k' rows in r,
+// newest version first: what Get, GetAt, History and Versions read.
+func (db *DB) versionRows(r pebble.Reader, key []byte) (*pebble.Iterator, error) {
+	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
+		return nil, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
+	}
+	lower := keyPrefix(key)
+	upper := append(lower[:len(lower)-1:len(lower)-1], 2)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	return it, nil
 }
 
 // decodeVersion turns a 'k' row into a Version, reading the value from its
@@ -88,15 +98,9 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 // records that wrote them.
 func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record, error] {
 	return func(yield func(segment.Record, error) bool) {
-		if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
-			yield(segment.Record{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey))
-			return
-		}
-		lower := keyPrefix(key)
-		upper := append(lower[:len(lower)-1:len(lower)-1], 2)
-		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		it, err := db.versionRows(db.index, key)
 		if err != nil {
-			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			yield(segment.Record{}, err)
 			return
 		}
 		defer it.Close()
@@ -144,15 +148,9 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 // whose values are small costs one index scan however many versions it has.
 func (db *DB) Versions(ctx context.Context, key []byte) iter.Seq2[Version, error] {
 	return func(yield func(Version, error) bool) {
-		if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
-			yield(Version{}, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey))
-			return
-		}
-		lower := keyPrefix(key)
-		upper := append(lower[:len(lower)-1:len(lower)-1], 2)
-		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		it, err := db.versionRows(db.index, key)
 		if err != nil {
-			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
+			yield(Version{}, err)
 			return
 		}
 		defer it.Close()

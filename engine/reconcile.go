@@ -528,7 +528,7 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 			// otherwise it is damage in the middle of the log, which is
 			// reported and never cut (SPEC §3).
 			if rc.fromNothing && fe.Kind != segment.Torn {
-				if _, more := sc.WholeRecordAfter(); more {
+				if sc.WholeRecordAfter() {
 					db.markDamaged(a, fe.AsError(a.id, s.path))
 					damaged = true
 					break

@@ -242,9 +242,12 @@ func (s *Scanner) readSeal() error {
 
 // WholeRecordAfter reports whether a whole record of this segment (seq at or
 // after the one expected next, hash checked) or a valid seal starts anywhere
-// after the last good frame, and where. After Next fails, it tells damage in
+// after the last good frame. After Next fails, it tells damage in
 // front of good records (never to be cut) from a tail that is torn through.
-func (s *Scanner) WholeRecordAfter() (int64, bool) { return s.validFrameAfter(s.off + 1) }
+func (s *Scanner) WholeRecordAfter() bool {
+	_, ok := s.validFrameAfter(s.off + 1)
+	return ok
+}
 
 // Offset is the file offset just past the last good frame (or seal): where a
 // torn tail would be cut.

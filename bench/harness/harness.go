@@ -156,8 +156,8 @@ func (c Config) Validate() error {
 }
 
 // batchOverhead is what the engine counts for a record besides its value: a
-// 16-byte key and its per-record overhead (engine.AppendBatch).
-const batchOverhead = 16 + 128
+// 16-byte key and its per-record overhead.
+const batchOverhead = 16 + engine.RecordOverhead
 
 // Workloads are the names Run understands, in report order.
 var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get", "history", "merge", "verify", "snapshot"}
