@@ -351,7 +351,7 @@ func (db *DB) startJournal() error {
 	if len(gens) > 0 {
 		gen = gens[len(gens)-1] + 1
 	}
-	w, err := journal.Create(db.fs, dir, gen)
+	w, err := journal.Create(db.fs, dir, gen, journal.Options{Prealloc: db.opts.JournalPrealloc})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "start journal")
 	}

@@ -16,6 +16,14 @@
 // (or garbage) never passes for a block of this one. A reader stops at the
 // first block that is short or fails its CRC: the end of the log. A file is
 // only ever appended to, and a crash can tear only its last block.
+//
+// A writer keeps the file extended with zeros some way past its last block
+// (Options.Prealloc), so that most fsyncs overwrite blocks the file already
+// has instead of growing it: on ext4 an fdatasync that changes the file's
+// size must also commit the inode, which measured 1.5–2× slower on the
+// machines this was tuned on. A reader takes a zero block header followed by
+// nothing but zeros to the end of the file as the end of the log, just as it
+// takes the end of the file.
 package journal
 
 import (
@@ -131,6 +139,12 @@ type Writer struct {
 	spare   []byte
 	// writeMu orders writes of pending bytes to the file.
 	writeMu sync.Mutex
+	// prealloc is how far past the data Flush keeps the file extended with
+	// zeros; zeroGen and zeroed (guarded by writeMu) say how far file zeroGen
+	// is extended. A failed extension turns it off for that file.
+	prealloc int64
+	zeroGen  uint64
+	zeroed   int64
 	// old holds the previous file until it has been synced, so a SyncTo for
 	// a position in it is still honoured after a rotation.
 	old *oldFile
@@ -145,10 +159,26 @@ type oldFile struct {
 	end  int64
 }
 
+// Options tune a Writer.
+type Options struct {
+	// Prealloc is how many bytes of zeros the writer keeps written past the
+	// last block of a busy file (one that holds at least as much): at least
+	// half of it, extended to all of it when it falls short. A smaller file
+	// gets as many as it holds, and at least Prealloc/64. 0 turns it off.
+	Prealloc int64
+}
+
+// DefaultPrealloc is the Prealloc anchordb uses: 4 MiB, so one fsync in
+// every 2 MiB or more of journal extends the file.
+const DefaultPrealloc = 4 << 20
+
 // Create starts a new journal file of generation gen in dir (which must
 // exist) and makes its directory entry durable.
-func Create(fs vfs.FS, dir string, gen uint64) (*Writer, error) {
-	w := &Writer{fs: fs, dir: dir}
+func Create(fs vfs.FS, dir string, gen uint64, opts Options) (*Writer, error) {
+	if opts.Prealloc < 0 {
+		return nil, fmt.Errorf("journal preallocation of %d bytes", opts.Prealloc)
+	}
+	w := &Writer{fs: fs, dir: dir, prealloc: opts.Prealloc}
 	f, err := w.createFile(gen)
 	if err != nil {
 		return nil, err
@@ -216,6 +246,9 @@ func (w *Writer) Flush() error {
 		return nil
 	}
 	_, err := f.WriteAt(buf, at)
+	if err == nil {
+		w.zeroAhead(f, gen, at+int64(len(buf)))
+	}
 	w.mu.Lock()
 	if cap(buf) <= 1<<20 {
 		w.spare = buf[:0]
@@ -226,6 +259,47 @@ func (w *Writer) Flush() error {
 	}
 	return nil
 }
+
+// ahead is how far past end the zeros reach after an extension: as far as
+// the file's data, between 1/64 of the Prealloc and all of it. A file that
+// holds a few blocks (a one-off command, a test) gets a few zeros, not
+// megabytes of them; a busy one soon gets the full distance.
+func (w *Writer) ahead(end int64) int64 {
+	return min(w.prealloc, max(w.prealloc/64, end))
+}
+
+// zeroAhead keeps file gen written with zeros to at least end+ahead/2,
+// extending it to end+ahead when it falls short. It runs under writeMu,
+// after the data up to end is written, so zeros never land on data. Its
+// failure is not the journal's: the extension is only there to make fsyncs
+// cheaper. It is turned off for the file, whose blocks and whatever zeros
+// made it are still read correctly.
+func (w *Writer) zeroAhead(f vfs.File, gen uint64, end int64) {
+	if w.prealloc == 0 {
+		return
+	}
+	if w.zeroGen != gen {
+		w.zeroGen, w.zeroed = gen, 0
+	}
+	ahead := w.ahead(end)
+	if w.zeroed < 0 || end+ahead/2 <= w.zeroed {
+		return
+	}
+	from, to := max(w.zeroed, end), end+ahead
+	zeros := zeroBlock()
+	for off := from; off < to; {
+		n := min(to-off, int64(len(zeros)))
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			w.zeroed = -1
+			return
+		}
+		off += n
+	}
+	w.zeroed = to
+}
+
+// zeroBlock is a read-only buffer of zeros for extending files.
+var zeroBlock = sync.OnceValue(func() []byte { return make([]byte, 1<<20) })
 
 // Gen returns the generation blocks are framed for.
 func (w *Writer) Gen() uint64 {
@@ -390,6 +464,18 @@ func ReadFile(fs vfs.FS, dir string, gen uint64, from int64, fn func(Block) erro
 			return Tail{}, fmt.Errorf("read journal %s at %d: %w", path, off, err)
 		}
 		n := int64(be.Uint32(hdr[0:4]))
+		if n == 0 && be.Uint32(hdr[4:8]) == 0 {
+			// The zeros a writer extends the file with: the end of the
+			// log, unless something other than zeros follows.
+			zero, err := zeroFrom(f, off, size)
+			if err != nil {
+				return Tail{}, fmt.Errorf("read journal %s at %d: %w", path, off, err)
+			}
+			if zero {
+				return Tail{Pos: Pos{gen, off}, Size: size}, nil
+			}
+			return Tail{Pos: Pos{gen, off}, Size: size, Reason: "a zero block header with data after it"}, nil
+		}
 		if n == 0 || n > MaxPayload || n > size-off-HeaderSize {
 			reason := "block runs past the end of the file"
 			if n == 0 || n > MaxPayload {
@@ -413,4 +499,22 @@ func ReadFile(fs vfs.FS, dir string, gen uint64, from int64, fn func(Block) erro
 		}
 		off = end
 	}
+}
+
+// zeroFrom reports whether f holds only zeros from off to size.
+func zeroFrom(f vfs.File, off, size int64) (bool, error) {
+	buf := make([]byte, 64<<10)
+	for off < size {
+		n := min(size-off, int64(len(buf)))
+		if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+		for _, b := range buf[:n] {
+			if b != 0 {
+				return false, nil
+			}
+		}
+		off += n
+	}
+	return true, nil
 }

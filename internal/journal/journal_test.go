@@ -31,7 +31,7 @@ func readAll(t *testing.T, fs vfs.FS, gen uint64) ([][]byte, Tail) {
 func TestRoundTripAndBuffering(t *testing.T) {
 	fs := vfs.NewMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, err := Create(fs, "j", 7)
+	w, err := Create(fs, "j", 7, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestRoundTripAndBuffering(t *testing.T) {
 func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
 	fs := vfs.NewMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, _ := Create(fs, "j", 1)
+	w, _ := Create(fs, "j", 1, Options{})
 	var ends []Pos
 	for i := 0; i < 5; i++ {
 		e, err := w.Append(block(1, []byte(fmt.Sprintf("block %d", i))))
@@ -130,7 +130,7 @@ func TestRotateSyncsOldFile(t *testing.T) {
 	d, _ := mem.OpenDir("")
 	_ = d.Sync()
 	_ = d.Close()
-	w, err := Create(mem, "j", 1)
+	w, err := Create(mem, "j", 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestRotateSyncsOldFile(t *testing.T) {
 func TestConcurrentSyncers(t *testing.T) {
 	fs := vfs.NewMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, _ := Create(fs, "j", 1)
+	w, _ := Create(fs, "j", 1, Options{})
 	done := make(chan error)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200; i++ {
@@ -191,7 +191,7 @@ func TestRotateWhileSyncing(t *testing.T) {
 	// fails loudly (a plain MemFS file's Sync does nothing at all).
 	fs := vfs.NewCrashableMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, err := Create(fs, "j", 1)
+	w, err := Create(fs, "j", 1, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
