@@ -351,7 +351,12 @@ func (db *DB) startJournal() error {
 	if len(gens) > 0 {
 		gen = gens[len(gens)-1] + 1
 	}
-	w, err := journal.Create(db.fs, dir, gen, journal.Options{Prealloc: db.opts.JournalPrealloc})
+	w, err := journal.Create(db.fs, dir, gen, journal.Options{
+		Prealloc: db.opts.JournalPrealloc,
+		PreallocFailed: func(gen uint64, err error) {
+			db.opts.Logger.Errorf("anchordb: journal %s: writing zeros ahead of its blocks failed (its fsyncs will grow the file from here): %v", journal.FileName(gen), err)
+		},
+	})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "start journal")
 	}

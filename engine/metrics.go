@@ -12,7 +12,7 @@ type Metrics struct {
 	Groups        uint64   `json:"groups"`         // commit groups written to the journal
 	Records       uint64   `json:"records"`        // records appended
 	JournalSyncs  uint64   `json:"journal_syncs"`  // fdatasyncs of the journal
-	JournalBytes  uint64   `json:"journal_bytes"`  // bytes written to the journal
+	JournalBytes  uint64   `json:"journal_bytes"`  // bytes of journal blocks written (not its preallocated zeros)
 	SegmentWrites uint64   `json:"segment_writes"` // writes of buffered segment bytes
 	Seals         uint64   `json:"seals"`          // segments sealed
 	Settles       uint64   `json:"settles"`        // settles completed

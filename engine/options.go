@@ -48,9 +48,11 @@ type Options struct {
 	// Default 30 s.
 	SettleInterval time.Duration
 	// JournalPrealloc is how many bytes of zeros are kept written past the
-	// journal's last block, so that a durable append's fdatasync overwrites
-	// blocks the file already has instead of growing it (which costs an
-	// inode commit as well). Default 4 MiB; negative turns it off.
+	// last block of a busy journal file, so that a durable append's
+	// fdatasync overwrites blocks the file already has instead of growing it
+	// (which costs an inode commit as well). A file holding fewer bytes gets
+	// as many zeros as it holds, and at least 1/64 of this. Default 4 MiB;
+	// negative turns it off.
 	JournalPrealloc int64
 
 	// MaxInFlightRecords and MaxInFlightBytes bound the appends admitted but

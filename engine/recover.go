@@ -190,7 +190,7 @@ func (db *DB) replayJournal() error {
 			// The end of what was written: a torn last block, or garbage past
 			// it. Nothing there was acknowledged as durable.
 			db.event(RecoveryEvent{Kind: EventJournalEnd, File: db.fs.PathJoin(dir, journal.FileName(gen)),
-				Offset: tail.Pos.Off, Bytes: tail.Size - tail.Pos.Off,
+				Offset: tail.Pos.Off, Bytes: tail.Unread,
 				Err: errs.New(errs.CodeChainBroken, "journal ends: %s", tail.Reason)})
 		}
 	}

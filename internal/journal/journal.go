@@ -21,9 +21,10 @@
 // (Options.Prealloc), so that most fsyncs overwrite blocks the file already
 // has instead of growing it: on ext4 an fdatasync that changes the file's
 // size must also commit the inode, which measured 1.5–2× slower on the
-// machines this was tuned on. A reader takes a zero block header followed by
-// nothing but zeros to the end of the file as the end of the log, just as it
-// takes the end of the file.
+// machines this was tuned on. A reader takes a block header that is all
+// zeros (or shorter than a header and all zeros) followed by nothing but
+// zeros to the end of the file as the end of the log, just as it takes the
+// end of the file.
 package journal
 
 import (
@@ -142,9 +143,10 @@ type Writer struct {
 	// prealloc is how far past the data Flush keeps the file extended with
 	// zeros; zeroGen and zeroed (guarded by writeMu) say how far file zeroGen
 	// is extended. A failed extension turns it off for that file.
-	prealloc int64
-	zeroGen  uint64
-	zeroed   int64
+	prealloc       int64
+	preallocFailed func(gen uint64, err error)
+	zeroGen        uint64
+	zeroed         int64
 	// old holds the previous file until it has been synced, so a SyncTo for
 	// a position in it is still honoured after a rotation.
 	old *oldFile
@@ -166,6 +168,9 @@ type Options struct {
 	// half of it, extended to all of it when it falls short. A smaller file
 	// gets as many as it holds, and at least Prealloc/64. 0 turns it off.
 	Prealloc int64
+	// PreallocFailed, if set, is told when writing a file's zeros failed
+	// (the file then goes on without them; no append fails).
+	PreallocFailed func(gen uint64, err error)
 }
 
 // DefaultPrealloc is the Prealloc anchordb uses: 4 MiB, so one fsync in
@@ -178,7 +183,7 @@ func Create(fs vfs.FS, dir string, gen uint64, opts Options) (*Writer, error) {
 	if opts.Prealloc < 0 {
 		return nil, fmt.Errorf("journal preallocation of %d bytes", opts.Prealloc)
 	}
-	w := &Writer{fs: fs, dir: dir, prealloc: opts.Prealloc}
+	w := &Writer{fs: fs, dir: dir, prealloc: opts.Prealloc, preallocFailed: opts.PreallocFailed}
 	f, err := w.createFile(gen)
 	if err != nil {
 		return nil, err
@@ -231,7 +236,11 @@ func (w *Writer) AppendBuffered(block []byte) Pos {
 }
 
 // Flush writes the buffered blocks to the file (to the OS, not to disk).
-func (w *Writer) Flush() error {
+func (w *Writer) Flush() error { return w.flush(true) }
+
+// flush writes the buffered blocks, and the zeros past them when extend is
+// set (not for a file about to be rotated away, which grows no further).
+func (w *Writer) flush(extend bool) error {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
 	w.mu.Lock()
@@ -246,7 +255,7 @@ func (w *Writer) Flush() error {
 		return nil
 	}
 	_, err := f.WriteAt(buf, at)
-	if err == nil {
+	if err == nil && extend {
 		w.zeroAhead(f, gen, at+int64(len(buf)))
 	}
 	w.mu.Lock()
@@ -291,6 +300,9 @@ func (w *Writer) zeroAhead(f vfs.File, gen uint64, end int64) {
 		n := min(to-off, int64(len(zeros)))
 		if _, err := f.WriteAt(zeros[:n], off); err != nil {
 			w.zeroed = -1
+			if w.preallocFailed != nil {
+				w.preallocFailed(gen, err)
+			}
 			return
 		}
 		off += n
@@ -364,7 +376,7 @@ func (w *Writer) Sync() error { return w.SyncTo(w.End()) }
 // Rotate starts generation gen+1 and returns the position where it begins.
 // The previous file stays open until a SyncTo covers it.
 func (w *Writer) Rotate() (Pos, error) {
-	if err := w.Flush(); err != nil {
+	if err := w.flush(false); err != nil {
 		return Pos{}, err
 	}
 	w.mu.Lock()
@@ -433,6 +445,10 @@ type Tail struct {
 	Pos    Pos    // the first byte not part of a good block
 	Size   int64  // the file size
 	Reason string // why reading stopped; "" at a clean end
+	// Unread is how many bytes from Pos to the file's last nonzero byte
+	// were not read as blocks (the zeros of preallocation after them do not
+	// count); 0 at a clean end.
+	Unread int64
 }
 
 // ReadFile reads the blocks of generation gen from offset from, calling fn
@@ -458,30 +474,21 @@ func ReadFile(fs vfs.FS, dir string, gen uint64, from int64, fn func(Block) erro
 			return Tail{Pos: Pos{gen, off}, Size: size}, nil
 		}
 		if size-off < HeaderSize {
-			return Tail{Pos: Pos{gen, off}, Size: size, Reason: "short block header"}, nil
+			return endOfLog(f, path, Pos{gen, off}, size, "short block header")
 		}
 		if _, err := f.ReadAt(hdr[:], off); err != nil {
 			return Tail{}, fmt.Errorf("read journal %s at %d: %w", path, off, err)
 		}
 		n := int64(be.Uint32(hdr[0:4]))
 		if n == 0 && be.Uint32(hdr[4:8]) == 0 {
-			// The zeros a writer extends the file with: the end of the
-			// log, unless something other than zeros follows.
-			zero, err := zeroFrom(f, off, size)
-			if err != nil {
-				return Tail{}, fmt.Errorf("read journal %s at %d: %w", path, off, err)
-			}
-			if zero {
-				return Tail{Pos: Pos{gen, off}, Size: size}, nil
-			}
-			return Tail{Pos: Pos{gen, off}, Size: size, Reason: "a zero block header with data after it"}, nil
+			return endOfLog(f, path, Pos{gen, off}, size, "a zero block header with data after it")
 		}
 		if n == 0 || n > MaxPayload || n > size-off-HeaderSize {
 			reason := "block runs past the end of the file"
 			if n == 0 || n > MaxPayload {
 				reason = fmt.Sprintf("impossible block length %d", n)
 			}
-			return Tail{Pos: Pos{gen, off}, Size: size, Reason: reason}, nil
+			return endOfLog(f, path, Pos{gen, off}, size, reason)
 		}
 		if int64(cap(buf)) < n {
 			buf = make([]byte, n)
@@ -491,7 +498,7 @@ func ReadFile(fs vfs.FS, dir string, gen uint64, from int64, fn func(Block) erro
 			return Tail{}, fmt.Errorf("read journal %s at %d: %w", path, off, err)
 		}
 		if checksum(gen, hdr[0:4], buf) != be.Uint32(hdr[4:8]) {
-			return Tail{Pos: Pos{gen, off}, Size: size, Reason: "checksum mismatch"}, nil
+			return endOfLog(f, path, Pos{gen, off}, size, "checksum mismatch")
 		}
 		end := off + HeaderSize + n
 		if err := fn(Block{Start: Pos{gen, off}, End: Pos{gen, end}, Payload: buf}); err != nil {
@@ -501,20 +508,38 @@ func ReadFile(fs vfs.FS, dir string, gen uint64, from int64, fn func(Block) erro
 	}
 }
 
-// zeroFrom reports whether f holds only zeros from off to size.
-func zeroFrom(f vfs.File, off, size int64) (bool, error) {
+// endOfLog is the Tail of a file whose blocks end at p, before its size:
+// a clean end when only zeros follow (a writer's preallocation, whole or cut
+// short by a failed write), and otherwise reason, with the bytes up to the
+// last nonzero one counted as unread.
+func endOfLog(f vfs.File, path string, p Pos, size int64, reason string) (Tail, error) {
+	last, err := lastNonzero(f, p.Off, size)
+	if err != nil {
+		return Tail{}, fmt.Errorf("read journal %s at %d: %w", path, p.Off, err)
+	}
+	if last < p.Off {
+		return Tail{Pos: p, Size: size}, nil
+	}
+	return Tail{Pos: p, Size: size, Reason: reason, Unread: last + 1 - p.Off}, nil
+}
+
+// lastNonzero returns the offset of the last nonzero byte of f in
+// [off, size), or off-1 when there is none.
+func lastNonzero(f vfs.File, off, size int64) (int64, error) {
 	buf := make([]byte, 64<<10)
-	for off < size {
-		n := min(size-off, int64(len(buf)))
-		if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
-			return false, err
+	last := off - 1
+	for at := off; at < size; {
+		n := min(size-at, int64(len(buf)))
+		if _, err := f.ReadAt(buf[:n], at); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
 		}
-		for _, b := range buf[:n] {
-			if b != 0 {
-				return false, nil
+		for i := n - 1; i >= 0; i-- {
+			if buf[i] != 0 {
+				last = at + i
+				break
 			}
 		}
-		off += n
+		at += n
 	}
-	return true, nil
+	return last, nil
 }

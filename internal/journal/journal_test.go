@@ -15,6 +15,15 @@ func block(gen uint64, payload []byte) []byte {
 	return b
 }
 
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func readAll(t *testing.T, fs vfs.FS, gen uint64) ([][]byte, Tail) {
 	t.Helper()
 	var got [][]byte
@@ -102,7 +111,14 @@ func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
 		if len(got) != whole {
 			t.Fatalf("cut at %d: read %d blocks, want %d", cut, len(got), whole)
 		}
-		if (tail.Reason == "") != (whole > 0 && ends[whole-1].Off == int64(cut) || cut == 0) {
+		// Clean exactly when nothing but zeros follows the last whole block
+		// (the first bytes of a length are zeros, and a reader cannot tell
+		// them from preallocation).
+		from := int64(0)
+		if whole > 0 {
+			from = ends[whole-1].Off
+		}
+		if (tail.Reason == "") != allZero(orig[from:cut]) {
 			t.Fatalf("cut at %d: tail %+v", cut, tail)
 		}
 	}
@@ -124,13 +140,23 @@ func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
 	}
 }
 
+// preallocs are the Options the writer tests run under: without zeros, and
+// with a preallocation small enough that blocks cross it all the time.
+var preallocs = []Options{{}, {Prealloc: 512}}
+
 func TestRotateSyncsOldFile(t *testing.T) {
+	for _, o := range preallocs {
+		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { testRotateSyncsOldFile(t, o) })
+	}
+}
+
+func testRotateSyncsOldFile(t *testing.T, o Options) {
 	mem := vfs.NewCrashableMem()
 	_ = mem.MkdirAll("j", 0o755)
 	d, _ := mem.OpenDir("")
 	_ = d.Sync()
 	_ = d.Close()
-	w, err := Create(mem, "j", 1, Options{})
+	w, err := Create(mem, "j", 1, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +188,15 @@ func TestRotateSyncsOldFile(t *testing.T) {
 }
 
 func TestConcurrentSyncers(t *testing.T) {
+	for _, o := range preallocs {
+		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { testConcurrentSyncers(t, o) })
+	}
+}
+
+func testConcurrentSyncers(t *testing.T, o Options) {
 	fs := vfs.NewMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, _ := Create(fs, "j", 1, Options{})
+	w, _ := Create(fs, "j", 1, o)
 	done := make(chan error)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 200; i++ {
@@ -187,11 +219,19 @@ func TestConcurrentSyncers(t *testing.T) {
 // Rotate must not close that file under it (found by -race in the engine's
 // recovery tests once the index flush stopped syncing the whole journal).
 func TestRotateWhileSyncing(t *testing.T) {
+	for _, o := range preallocs {
+		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { testRotateWhileSyncing(t, o) })
+	}
+}
+
+// testRotateWhileSyncing also mixes in Appends (the NoSync path, which
+// writes and extends the file in the leader while syncers flush).
+func testRotateWhileSyncing(t *testing.T, o Options) {
 	// Crashable: its files track their data, so a sync of a closed file
 	// fails loudly (a plain MemFS file's Sync does nothing at all).
 	fs := vfs.NewCrashableMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, err := Create(fs, "j", 1, Options{})
+	w, err := Create(fs, "j", 1, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,10 +254,20 @@ func TestRotateWhileSyncing(t *testing.T) {
 			}
 		}()
 	}
+	blocks := map[uint64]int{} // blocks appended per generation
 	for i := 0; i < 3000; i++ {
 		w.AppendBuffered(block(w.Gen(), []byte(fmt.Sprint("record ", i))))
-		if _, err := w.Rotate(); err != nil {
-			t.Fatal(err)
+		blocks[w.Gen()]++
+		if i%3 == 0 {
+			if _, err := w.Append(block(w.Gen(), bytes.Repeat([]byte{'a'}, i%700+1))); err != nil {
+				t.Fatal(err)
+			}
+			blocks[w.Gen()]++
+		}
+		if i%2 == 0 {
+			if _, err := w.Rotate(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if i%100 == 0 {
 			// Old generations are removed as a settle would.
@@ -234,5 +284,17 @@ func TestRotateWhileSyncing(t *testing.T) {
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
+	}
+	// Every file left reads back whole, to a clean end: no zeros landed on
+	// a block.
+	gens, err := List(fs, "j")
+	if err != nil || len(gens) == 0 {
+		t.Fatalf("list: %v %v", gens, err)
+	}
+	for _, g := range gens {
+		got, tail := readAll(t, fs, g)
+		if len(got) != blocks[g] || tail.Reason != "" {
+			t.Fatalf("gen %d: read %d blocks of %d, tail %+v", g, len(got), blocks[g], tail)
+		}
 	}
 }

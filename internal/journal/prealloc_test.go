@@ -155,7 +155,10 @@ func TestFailedPreallocIsNotTheJournals(t *testing.T) {
 		}
 		return nil
 	}))
-	w, err := Create(fs, "j", 1, Options{Prealloc: 4096})
+	var told []uint64
+	w, err := Create(fs, "j", 1, Options{Prealloc: 4096, PreallocFailed: func(gen uint64, err error) {
+		told = append(told, gen)
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +175,8 @@ func TestFailedPreallocIsNotTheJournals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if injected != 1 {
-		t.Fatalf("%d zero writes failed, want 1", injected)
+	if injected != 1 || len(told) != 1 || told[0] != 1 {
+		t.Fatalf("%d zero writes failed, PreallocFailed told of %v; want 1 and [1]", injected, told)
 	}
 	if size := fileSize(t, mem, 1); size != end.Off {
 		t.Fatalf("file is %d bytes after preallocation failed, want %d (no more zeros)", size, end.Off)
@@ -189,5 +192,89 @@ func TestNegativePreallocRefused(t *testing.T) {
 	_ = fs.MkdirAll("j", 0o755)
 	if _, err := Create(fs, "j", 1, Options{Prealloc: -1}); err == nil {
 		t.Fatal("Create accepted a negative preallocation")
+	}
+}
+
+// Every truncation and every byte flip of a preallocated file: the log ends
+// at the last whole block before the damage; cuts and flips among the zeros
+// lose no block, a cut there is a clean end (any number of zeros is, also
+// fewer than a header), and a flip there is reported with only the bytes up
+// to it counted as unread.
+func TestTornAndFlippedPreallocatedFile(t *testing.T) {
+	fs := vfs.NewMem()
+	_ = fs.MkdirAll("j", 0o755)
+	w, _ := Create(fs, "j", 1, Options{Prealloc: 256})
+	var ends []Pos
+	for i := 0; i < 5; i++ {
+		e, err := w.Append(block(1, []byte(fmt.Sprintf("block %d", i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, e)
+	}
+	_ = w.Close()
+	dataEnd := ends[len(ends)-1].Off
+	path := "j/" + FileName(1)
+	data, _ := fs.UnsafeGetFileDataBuffer(path)
+	orig := bytes.Clone(data)
+	if int64(len(orig)) < dataEnd+8 {
+		t.Fatalf("file of %d bytes, blocks to %d: not preallocated", len(orig), dataEnd)
+	}
+	write := func(b []byte) {
+		f, _ := fs.Create(path, vfs.WriteCategoryUnspecified)
+		_, _ = f.Write(bytes.Clone(b))
+		_ = f.Close()
+	}
+	for cut := 0; cut <= len(orig); cut++ {
+		write(orig[:cut])
+		got, tail := readAll(t, fs, 1)
+		whole, from := 0, int64(0)
+		for _, e := range ends {
+			if e.Off <= int64(cut) {
+				whole, from = whole+1, e.Off
+			}
+		}
+		// Clean exactly when only zeros follow the last whole block: the
+		// preallocation, or the zero first bytes of a torn length.
+		clean := allZero(orig[from:cut])
+		if len(got) != whole || (tail.Reason == "") != clean {
+			t.Fatalf("cut at %d: read %d blocks (want %d), tail %+v (clean: want %v)", cut, len(got), whole, tail, clean)
+		}
+	}
+	for i := range orig {
+		b := bytes.Clone(orig)
+		b[i] ^= 0x40
+		write(b)
+		got, tail := readAll(t, fs, 1)
+		if tail.Reason == "" {
+			t.Fatalf("flip at %d: not reported (read %d blocks)", i, len(got))
+		}
+		if int64(i) < dataEnd {
+			if len(got) >= 5 {
+				t.Fatalf("flip at %d in the blocks: read %d blocks", i, len(got))
+			}
+			continue
+		}
+		if len(got) != 5 || tail.Pos.Off != dataEnd || tail.Unread != int64(i)+1-dataEnd {
+			t.Fatalf("flip at %d among the zeros: read %d blocks, tail %+v, want 5 blocks ending at %d with %d unread", i, len(got), tail, dataEnd, int64(i)+1-dataEnd)
+		}
+	}
+}
+
+// Rotating writes out the old file's blocks without zeros after them: that
+// file grows no more, and the fsync that covers it should not carry them.
+func TestRotateDoesNotExtendTheOldFile(t *testing.T) {
+	fs := vfs.NewMem()
+	_ = fs.MkdirAll("j", 0o755)
+	w, _ := Create(fs, "j", 1, Options{Prealloc: 4096})
+	end := w.AppendBuffered(block(1, []byte("buffered until the rotation")))
+	if _, err := w.Rotate(); err != nil {
+		t.Fatal(err)
+	}
+	if size := fileSize(t, fs, 1); size != end.Off {
+		t.Fatalf("rotated-away file is %d bytes, its blocks end at %d", size, end.Off)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
