@@ -102,6 +102,14 @@ func (t *tableWriter) finish() error {
 
 type kv struct{ k, v []byte }
 
+// The tail's rows go to Pebble in batches of about tailBatchApply bytes,
+// allocated at their full size up front: growing one by doubling copied it
+// a dozen times per batch.
+const (
+	tailBatchApply = 16 << 20
+	tailBatchSize  = tailBatchApply + 1<<20
+)
+
 // rebuildFromSnapshot builds the index of an empty Pebble from the newest
 // snapshot that verifies and the segments. It returns errFastPathAbandoned
 // (with the reason in an event) when the full replay must do the work.
@@ -244,7 +252,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			}
 		}
 	}()
-	tail := db.index.NewBatch()
+	tail := db.index.NewBatchWithSize(tailBatchSize)
 	defer func() { _ = tail.Close() }()
 	hist := make(map[string]uint64, len(front))
 	for id, p := range front {
@@ -287,12 +295,12 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 		clock = max(clock, r.out.st.lastCounter)
 		records += r.out.records
-		if tail.Len() > 16<<20 {
+		if tail.Len() > tailBatchApply {
 			if err := db.applyBatch(tail); err != nil {
 				return err
 			}
 			_ = tail.Close()
-			tail = db.index.NewBatch()
+			tail = db.index.NewBatchWithSize(tailBatchSize)
 		}
 	}
 	if err := <-kDone; err != nil {
