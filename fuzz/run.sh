@@ -8,8 +8,14 @@
 # "--- FAIL ... context deadline exceeded", with no input written. That is
 # not a finding, so such a run is retried once; a run that writes a failing
 # input, or fails any other way, or hits the race twice in a row, fails.
+#
+# FUZZMINIMIZETIME, if set and not empty, is passed as -fuzzminimizetime.
 set -u
 GO=${GO:-go}
+minimize=
+if [ -n "${FUZZMINIMIZETIME:-}" ]; then
+	minimize="-fuzzminimizetime $FUZZMINIMIZETIME"
+fi
 fuzztime=$1
 shift
 out=$(mktemp)
@@ -29,7 +35,7 @@ for pkg in "$@"; do
 	for t in $targets; do
 		for try in 1 2; do
 			echo "== $pkg $t"
-			if $GO test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" -parallel 1 >"$out" 2>&1; then
+			if $GO test "$pkg" -run '^$' -fuzz "^$t\$" -fuzztime "$fuzztime" $minimize -parallel 1 >"$out" 2>&1; then
 				cat "$out"
 				break
 			fi
