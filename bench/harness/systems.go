@@ -214,29 +214,44 @@ func (quietLogger) Fatalf(format string, args ...any) {
 }
 
 // OpenFile is the physical floor: records appended to one file, each Put
-// durable by fdatasync. The file is preallocated in 64 MiB steps, so a sync
-// writes data, not a new file size (anchordb's journal is not preallocated;
-// docs/PERFORMANCE.md says what that costs). Concurrent writers share syncs (a writer whose bytes
-// a sync already covered does not sync again), as a group commit would;
-// nothing is indexed, hashed or readable by key.
+// durable by fdatasync. The file is preallocated in 64 MiB steps of written
+// zeros (the first before Open returns), so a sync writes data over blocks
+// the file already has: neither a new file size nor fallocate's unwritten
+// extents, which cost a metadata commit on their first sync. anchordb's
+// journal does the same, in smaller steps (docs/DESIGN.md §1). Concurrent
+// writers share syncs (a writer whose bytes a sync already covered does not
+// sync again), as a group commit would; nothing is indexed, hashed or
+// readable by key.
 func OpenFile(dir string) (System, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return &plainFile{f: f}, nil
+	p := &plainFile{f: f}
+	p.done = sync.NewCond(&p.syncMu)
+	if err := p.extend(); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return p, nil
 }
 
 const fileChunk = 64 << 20
 
 type plainFile struct {
-	mu     sync.Mutex // serialises writes
-	f      *os.File
-	end    int64      // bytes written
-	alloc  int64      // bytes preallocated
-	syncMu sync.Mutex // serialises syncs
-	synced int64
-	buf    []byte
+	mu    sync.Mutex // serialises writes
+	f     *os.File
+	end   int64 // bytes written
+	alloc int64 // bytes preallocated
+	// Group commit: one fdatasync in flight at a time; it covers every byte
+	// written before it started, and every writer it covered is woken at
+	// once. (A mutex around the fsync instead made writers the last sync
+	// had covered queue behind the next one.)
+	syncMu  sync.Mutex
+	synced  int64 // bytes durable
+	syncing bool  // a sync is in flight
+	done    *sync.Cond
+	buf     []byte
 }
 
 func (p *plainFile) Name() string { return "file+fdatasync" }
@@ -253,33 +268,55 @@ func (p *plainFile) write(keys, values [][]byte) (int64, error) {
 	}
 	p.buf = b
 	for p.end+int64(len(b)) > p.alloc {
-		if err := unix.Fallocate(int(p.f.Fd()), 0, p.alloc, fileChunk); err != nil {
+		if err := p.extend(); err != nil {
 			return p.end, err
 		}
-		// The new size must be durable before syncs rely on data alone.
-		if err := p.f.Sync(); err != nil {
-			return p.end, err
-		}
-		p.alloc += fileChunk
 	}
 	n, err := p.f.WriteAt(b, p.end)
 	p.end += int64(n)
 	return p.end, err
 }
 
+// extend writes the next fileChunk of zeros and makes them and the new size
+// durable, so later syncs rely on data alone.
+func (p *plainFile) extend() error {
+	zeros := make([]byte, 1<<20)
+	for off := int64(0); off < fileChunk; off += int64(len(zeros)) {
+		if _, err := p.f.WriteAt(zeros, p.alloc+off); err != nil {
+			return err
+		}
+	}
+	if err := p.f.Sync(); err != nil {
+		return err
+	}
+	p.alloc += fileChunk
+	return nil
+}
+
 func (p *plainFile) sync(upTo int64) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
-	if p.synced >= upTo {
-		return nil
+	for p.synced < upTo {
+		if p.syncing {
+			p.done.Wait()
+			continue
+		}
+		p.syncing = true
+		p.syncMu.Unlock()
+		p.mu.Lock()
+		end := p.end
+		p.mu.Unlock()
+		err := unix.Fdatasync(int(p.f.Fd()))
+		p.syncMu.Lock()
+		p.syncing = false
+		if err == nil {
+			p.synced = max(p.synced, end)
+		}
+		p.done.Broadcast()
+		if err != nil {
+			return err
+		}
 	}
-	p.mu.Lock()
-	end := p.end
-	p.mu.Unlock()
-	if err := unix.Fdatasync(int(p.f.Fd())); err != nil {
-		return err
-	}
-	p.synced = end
 	return nil
 }
 
