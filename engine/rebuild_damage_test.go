@@ -39,17 +39,7 @@ func TestRebuildReportsDamageInsteadOfCuttingWholeRecords(t *testing.T) {
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			seg := segmentFiles(t, fs, "db", "a")[0]
-			data, err := tamperRead(fs, seg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			at := bytes.Index(data, []byte("value-2"))
-			if at < 0 {
-				t.Fatal("record 2's value not found in its segment")
-			}
-			data[at] ^= 0x20
-			tamperWrite(fs, seg, data)
+			seg, data := flipValueByte(t, fs, "a", "value-2")
 
 			plan, err := RebuildIndexWith(ctx, "db", Options{FS: fs}, RebuildOptions{Apply: true, FromSnapshot: fromSnapshot})
 			if err != nil {
@@ -97,6 +87,24 @@ func TestRebuildReportsDamageInsteadOfCuttingWholeRecords(t *testing.T) {
 	}
 }
 
+// flipValueByte changes one bit of value in anchor's first segment of the
+// database "db" and returns the segment's path and its bytes as written.
+func flipValueByte(t *testing.T, fs vfs.FS, anchor, value string) (string, []byte) {
+	t.Helper()
+	seg := segmentFiles(t, fs, "db", anchor)[0]
+	data, err := tamperRead(fs, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(data, []byte(value))
+	if at < 0 {
+		t.Fatalf("%q not found in %s", value, seg)
+	}
+	data[at] ^= 0x20
+	tamperWrite(fs, seg, data)
+	return seg, data
+}
+
 // A failing frame with nothing whole after it is still a torn tail: the
 // rebuild cuts it, keeps the bytes and says so.
 func TestRebuildCutsATornTail(t *testing.T) {
@@ -111,14 +119,7 @@ func TestRebuildCutsATornTail(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	seg := segmentFiles(t, fs, "db", "a")[0]
-	data, err := tamperRead(fs, seg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := bytes.Index(data, []byte("value-3"))
-	data[at] ^= 0x20
-	tamperWrite(fs, seg, data)
+	flipValueByte(t, fs, "a", "value-3")
 	plan, err := RebuildIndexWith(ctx, "db", Options{FS: fs}, RebuildOptions{Apply: true})
 	if err != nil {
 		t.Fatal(err)

@@ -77,10 +77,21 @@ func TestRoundTripAndBuffering(t *testing.T) {
 	}
 }
 
+// Every truncation and every byte flip of a journal file, with and without
+// preallocated zeros, ends the log at the last whole block before the
+// damage; cuts and flips among the zeros lose no block, a cut there is a
+// clean end (any number of zeros is, also fewer than a header), and a flip
+// there is reported with only the bytes up to it counted as unread. A valid
+// block of another generation where the next block would go does not pass
+// for one of this file.
 func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
+	forEachPrealloc(t, testTornAndForeignBlocks)
+}
+
+func testTornAndForeignBlocks(t *testing.T, o Options) {
 	fs := vfs.NewMem()
 	_ = fs.MkdirAll("j", 0o755)
-	w, _ := Create(fs, "j", 1, Options{})
+	w, _ := Create(fs, "j", 1, o)
 	var ends []Pos
 	for i := 0; i < 5; i++ {
 		e, err := w.Append(block(1, []byte(fmt.Sprintf("block %d", i))))
@@ -90,50 +101,55 @@ func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
 		ends = append(ends, e)
 	}
 	_ = w.Close()
+	dataEnd := ends[len(ends)-1].Off
 	path := "j/" + FileName(1)
 	data, _ := fs.UnsafeGetFileDataBuffer(path)
 	orig := bytes.Clone(data)
+	if o.Prealloc > 0 && int64(len(orig)) < dataEnd+8 {
+		t.Fatalf("file of %d bytes, blocks to %d: not preallocated", len(orig), dataEnd)
+	}
 	write := func(b []byte) {
 		f, _ := fs.Create(path, vfs.WriteCategoryUnspecified)
 		_, _ = f.Write(bytes.Clone(b))
 		_ = f.Close()
 	}
-	// Every truncation ends the log at the last whole block before it.
-	for cut := 0; cut < len(orig); cut++ {
+	for cut := 0; cut <= len(orig); cut++ {
 		write(orig[:cut])
 		got, tail := readAll(t, fs, 1)
-		whole := 0
+		whole, from := 0, int64(0)
 		for _, e := range ends {
 			if e.Off <= int64(cut) {
-				whole++
+				whole, from = whole+1, e.Off
 			}
 		}
-		if len(got) != whole {
-			t.Fatalf("cut at %d: read %d blocks, want %d", cut, len(got), whole)
-		}
-		// Clean exactly when nothing but zeros follows the last whole block
-		// (the first bytes of a length are zeros, and a reader cannot tell
-		// them from preallocation).
-		from := int64(0)
-		if whole > 0 {
-			from = ends[whole-1].Off
-		}
-		if (tail.Reason == "") != allZero(orig[from:cut]) {
-			t.Fatalf("cut at %d: tail %+v", cut, tail)
+		// Clean exactly when only zeros follow the last whole block: the
+		// preallocation, or the zero first bytes of a torn length (a reader
+		// cannot tell them apart).
+		clean := allZero(orig[from:cut])
+		if len(got) != whole || (tail.Reason == "") != clean {
+			t.Fatalf("cut at %d: read %d blocks (want %d), tail %+v (clean: want %v)", cut, len(got), whole, tail, clean)
 		}
 	}
-	// Every byte flip is caught by the checksum: the log ends at that block.
 	for i := range orig {
 		b := bytes.Clone(orig)
 		b[i] ^= 0x40
 		write(b)
 		got, tail := readAll(t, fs, 1)
-		if tail.Reason == "" || len(got) >= 5 {
-			t.Fatalf("flip at %d: read %d blocks, tail %+v", i, len(got), tail)
+		if tail.Reason == "" {
+			t.Fatalf("flip at %d: not reported (read %d blocks)", i, len(got))
+		}
+		if int64(i) < dataEnd {
+			// Caught by the checksum: the log ends at that block.
+			if len(got) >= 5 {
+				t.Fatalf("flip at %d in the blocks: read %d blocks", i, len(got))
+			}
+			continue
+		}
+		if len(got) != 5 || tail.Pos.Off != dataEnd || tail.Unread != int64(i)+1-dataEnd {
+			t.Fatalf("flip at %d among the zeros: read %d blocks, tail %+v, want 5 blocks ending at %d with %d unread", i, len(got), tail, dataEnd, int64(i)+1-dataEnd)
 		}
 	}
-	// A valid block of another generation does not pass for this one.
-	write(append(bytes.Clone(orig), block(2, []byte("from gen 2"))...))
+	write(append(bytes.Clone(orig[:dataEnd]), block(2, []byte("from gen 2"))...))
 	got, tail := readAll(t, fs, 1)
 	if len(got) != 5 || tail.Reason != "checksum mismatch" {
 		t.Fatalf("foreign block: %d blocks, tail %+v", len(got), tail)
@@ -144,10 +160,15 @@ func TestTornAndForeignBlocksEndTheLog(t *testing.T) {
 // with a preallocation small enough that blocks cross it all the time.
 var preallocs = []Options{{}, {Prealloc: 512}}
 
-func TestRotateSyncsOldFile(t *testing.T) {
+// forEachPrealloc runs test as a subtest under each of preallocs.
+func forEachPrealloc(t *testing.T, test func(*testing.T, Options)) {
 	for _, o := range preallocs {
-		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { testRotateSyncsOldFile(t, o) })
+		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { test(t, o) })
 	}
+}
+
+func TestRotateSyncsOldFile(t *testing.T) {
+	forEachPrealloc(t, testRotateSyncsOldFile)
 }
 
 func testRotateSyncsOldFile(t *testing.T, o Options) {
@@ -188,9 +209,7 @@ func testRotateSyncsOldFile(t *testing.T, o Options) {
 }
 
 func TestConcurrentSyncers(t *testing.T) {
-	for _, o := range preallocs {
-		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { testConcurrentSyncers(t, o) })
-	}
+	forEachPrealloc(t, testConcurrentSyncers)
 }
 
 func testConcurrentSyncers(t *testing.T, o Options) {
@@ -219,9 +238,7 @@ func testConcurrentSyncers(t *testing.T, o Options) {
 // Rotate must not close that file under it (found by -race in the engine's
 // recovery tests once the index flush stopped syncing the whole journal).
 func TestRotateWhileSyncing(t *testing.T) {
-	for _, o := range preallocs {
-		t.Run(fmt.Sprint("prealloc=", o.Prealloc), func(t *testing.T) { testRotateWhileSyncing(t, o) })
-	}
+	forEachPrealloc(t, testRotateWhileSyncing)
 }
 
 // testRotateWhileSyncing also mixes in Appends (the NoSync path, which
