@@ -234,13 +234,35 @@ func (db *DB) open() error {
 	return nil
 }
 
+// clearIndex deletes every row of the index. An index that is already empty
+// (the usual case: rebuild-index removed it) is left without a range
+// tombstone: one in the memtable overlaps every table a fast rebuild
+// ingests, which then lands in L0 and costs a full compaction before Close.
+func (db *DB) clearIndex() error {
+	it, err := db.index.NewIter(nil)
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	empty := !it.First()
+	if err := it.Close(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	if empty {
+		return nil
+	}
+	if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
+	}
+	return nil
+}
+
 // initIndex sets up a new index. If segments or journal records exist (the
 // index was lost or deleted), it is rebuilt from them first.
 func (db *DB) initIndex() error {
 	// A crash during an earlier rebuild can leave rows without the format row:
 	// start from nothing.
-	if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.NoSync); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
+	if err := db.clearIndex(); err != nil {
+		return err
 	}
 	// What was acknowledged since the last settle may be in the journal
 	// alone (its segment bytes, even its anchor's directory, lost in a
@@ -272,8 +294,8 @@ func (db *DB) initIndex() error {
 				fast = true
 			case errors.Is(err, errFastPathAbandoned):
 				// Start again from nothing with a full replay.
-				if err := db.index.DeleteRange([]byte{0}, []byte{0xFF}, pebble.NoSync); err != nil {
-					return errs.Wrap(errs.CodeWriteFailed, err, "clear index")
+				if err := db.clearIndex(); err != nil {
+					return err
 				}
 			default:
 				return err

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
@@ -58,6 +59,36 @@ type tableWriter struct {
 	n     int
 	paths []string
 	size  int
+	done  *finisher
+}
+
+// finisher closes finished sstables in the background: closing one syncs
+// it, and the rebuild has rows to produce meanwhile. Every table must be
+// closed (and so durable) before it is ingested.
+type finisher struct {
+	wg  sync.WaitGroup
+	mu  sync.Mutex
+	err error
+}
+
+func (f *finisher) close(w *sstable.Writer) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		if err := w.Close(); err != nil {
+			f.mu.Lock()
+			f.err = errors.Join(f.err, errs.Wrap(errs.CodeWriteFailed, err, "finish rebuilt index table"))
+			f.mu.Unlock()
+		}
+	}()
+}
+
+// wait returns once every table handed to close is closed.
+func (f *finisher) wait() error {
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }
 
 func (t *tableWriter) set(k, v []byte) error {
@@ -67,6 +98,9 @@ func (t *tableWriter) set(k, v []byte) error {
 		if err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "create %s", path)
 		}
+		// Written back as it grows, as Pebble does its own tables, so the
+		// sync on close does not wait for the whole file.
+		f = vfs.NewSyncingFile(f, vfs.SyncingFileOptions{BytesPerSync: 1 << 20})
 		po := t.db.pebbleOpts
 		wo := po.MakeWriterOptions(0, t.db.index.TableFormat())
 		// Uncompressed: the rebuild's tables are written once and rewritten
@@ -88,27 +122,64 @@ func (t *tableWriter) set(k, v []byte) error {
 	return nil
 }
 
+// finish hands the open sstable, if any, to the finisher.
 func (t *tableWriter) finish() error {
 	if t.w == nil {
 		return nil
 	}
-	err := t.w.Close()
+	t.done.close(t.w)
 	t.w = nil
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "finish rebuilt index table")
-	}
 	return nil
 }
 
 type kv struct{ k, v []byte }
 
-// The tail's rows go to Pebble in batches of about tailBatchApply bytes,
-// allocated at their full size up front: growing one by doubling copied it
-// a dozen times per batch.
-const (
-	tailBatchApply = 16 << 20
-	tailBatchSize  = tailBatchApply + 1<<20
-)
+// The tail's versions (records after the frontier) go to Pebble as sorted
+// runs of about tailRunBytes, each written as a table and ingested after the
+// snapshot's tables. They overlap the k table, so they cannot be ingested
+// with it (one ingestion's tables must not overlap), and going through the
+// memtable instead made Pebble ingest every table into L0 and compact them
+// all before Close. A variable so tests can make many runs.
+var tailRunBytes = 16 << 20
+
+// tailRuns collects the tail's k rows and writes them out in sorted runs.
+type tailRuns struct {
+	db    *DB
+	dir   string
+	rows  []kv
+	bytes int
+	runs  [][]string // each run's table paths, ingested one run at a time
+	done  *finisher
+}
+
+func (t *tailRuns) add(row kv) error {
+	t.rows = append(t.rows, row)
+	t.bytes += len(row.k) + len(row.v)
+	if t.bytes >= tailRunBytes {
+		return t.flush()
+	}
+	return nil
+}
+
+func (t *tailRuns) flush() error {
+	if len(t.rows) == 0 {
+		return nil
+	}
+	slices.SortFunc(t.rows, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
+	w := &tableWriter{db: t.db, dir: t.dir, name: fmt.Sprintf("t%04d", len(t.runs)), done: t.done}
+	for _, row := range t.rows {
+		if err := w.set(row.k, row.v); err != nil {
+			return err
+		}
+	}
+	if err := w.finish(); err != nil {
+		return err
+	}
+	t.runs = append(t.runs, w.paths)
+	clear(t.rows)
+	t.rows, t.bytes = t.rows[:0], 0
+	return nil
+}
 
 // rebuildFromSnapshot builds the index of an empty Pebble from the newest
 // snapshot that verifies and the segments. It returns errFastPathAbandoned
@@ -182,7 +253,10 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", tmp)
 	}
 	defer func() { _ = db.fs.RemoveAll(tmp) }()
-	tw := func(name string) *tableWriter { return &tableWriter{db: db, dir: tmp, name: name} }
+	done := &finisher{}
+	// On every return: no table may be written while the directory goes.
+	defer func() { _ = done.wait() }()
+	tw := func(name string) *tableWriter { return &tableWriter{db: db, dir: tmp, name: name, done: done} }
 	aW, iW, kW, nW, sW := tw("a"), tw("i"), tw("k"), tw("n"), tw("s")
 
 	// The state at the frontier goes to the k table while the anchors are
@@ -252,13 +326,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			}
 		}
 	}()
-	tail := db.index.NewBatchWithSize(tailBatchSize)
-	defer func() { _ = tail.Close() }()
-	hist := make(map[string]uint64, len(front))
-	for id, p := range front {
-		hist[id] = p.Seq
-	}
-	_ = tail.Set(metaKey(metaHistoryFrom), encodeHistoryFrom(hist), nil)
+	tail := &tailRuns{db: db, dir: tmp, done: done}
 	var clock, records uint64
 	var kept []keptRecord
 	for i, ra := range anchors {
@@ -286,7 +354,9 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			}
 		}
 		for _, row := range r.out.k {
-			_ = tail.Set(row.k, row.v, nil)
+			if err := tail.add(row); err != nil {
+				return err
+			}
 		}
 		kept = append(kept, r.out.kept...)
 		meta := anchorMeta{ActiveSegno: r.out.st.segno, ActiveFirstSeq: r.out.st.segFirst}
@@ -295,13 +365,9 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 		clock = max(clock, r.out.st.lastCounter)
 		records += r.out.records
-		if tail.Len() > tailBatchApply {
-			if err := db.applyBatch(tail); err != nil {
-				return err
-			}
-			_ = tail.Close()
-			tail = db.index.NewBatchWithSize(tailBatchSize)
-		}
+	}
+	if err := tail.flush(); err != nil {
+		return err
 	}
 	if err := <-kDone; err != nil {
 		if errs.CodeOf(err) == errs.CodeSnapshotCorrupted {
@@ -309,11 +375,20 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 		return err
 	}
+	// The rest goes through one batch after the ingestions: the newest
+	// versions that stubs kept, and how far history was not rebuilt.
+	last := db.index.NewBatch()
+	defer func() { _ = last.Close() }()
+	hist := make(map[string]uint64, len(front))
+	for id, p := range front {
+		hist[id] = p.Seq
+	}
+	_ = last.Set(metaKey(metaHistoryFrom), encodeHistoryFrom(hist), nil)
 	matched := 0
 	for i := range kept {
 		k := &kept[i]
 		if inSnapTruncated[anchorSeq{k.rec.Anchor, k.rec.Seq}] {
-			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = tail.Set(key, v, nil) })
+			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = last.Set(key, v, nil) })
 			matched++
 		}
 	}
@@ -329,12 +404,21 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 		paths = append(paths, t.paths...)
 	}
-	if len(paths) > 0 {
-		if err := db.index.Ingest(ctx, paths); err != nil {
+	if err := done.wait(); err != nil {
+		return err
+	}
+	// The memtable holds no row of these tables' ranges (the index was
+	// empty), so they go straight to the bottom level; each tail run then
+	// lands in a level above what it overlaps.
+	for _, p := range append([][]string{paths}, tail.runs...) {
+		if len(p) == 0 {
+			continue
+		}
+		if err := db.index.Ingest(ctx, p); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "ingest the rebuilt index")
 		}
 	}
-	if err := db.applyBatch(tail); err != nil {
+	if err := db.applyBatch(last); err != nil {
 		return err
 	}
 	db.clock.Store(clock)
@@ -345,7 +429,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 // rebuiltAnchor is one anchor's rows, sorted within each table, and its head.
 type rebuiltAnchor struct {
 	st         anchorHead
-	s, i, n, k []kv // k: versions of the tail, for a batch
+	s, i, n, k []kv // k: versions of the tail
 	kept       []keptRecord
 	records    uint64
 }
