@@ -58,6 +58,17 @@ func seqKey(anchor string, seq uint64) []byte {
 	return be.AppendUint64(anchorScoped(tagSeq, anchor), seq)
 }
 
+// seqKeySize is the length of seqKey(anchor, seq).
+func seqKeySize(anchor string) int { return 1 + len(anchor) + 1 + 8 }
+
+// appendSeqKey appends seqKey(anchor, seq) to dst.
+func appendSeqKey(dst []byte, anchor string, seq uint64) []byte {
+	dst = append(dst, tagSeq)
+	dst = append(dst, anchor...)
+	dst = append(dst, 0)
+	return be.AppendUint64(dst, seq)
+}
+
 func retainedKey(anchor string, seq uint64) []byte {
 	return be.AppendUint64(anchorScoped(tagRetain, anchor), seq)
 }
@@ -96,13 +107,21 @@ func keyPrefix(key []byte) []byte {
 // order lists a key's versions newest first in merged order, where newest
 // means the highest counter and, on a tie, the highest anchor id bytes.
 func versionKey(key []byte, counter uint64, anchor string) []byte {
-	k := be.AppendUint64(keyPrefix(key), ^counter)
+	return appendVersionKey(make([]byte, 0, 1+len(key)+2+8+len(anchor)+1), key, counter, anchor)
+}
+
+// appendVersionKey appends versionKey(key, counter, anchor) to dst.
+func appendVersionKey(dst, key []byte, counter uint64, anchor string) []byte {
+	dst = append(dst, tagKey)
+	dst = appendEscaped(dst, key)
+	dst = append(dst, 0, 1)
+	dst = be.AppendUint64(dst, ^counter)
 	for i := 0; i < len(anchor); i++ {
-		k = append(k, 0xFF-anchor[i])
+		dst = append(dst, 0xFF-anchor[i])
 	}
 	// Inverted anchor bytes are at most 0xFF-0x20 (no control characters), so
 	// 0xFF terminates and makes a shorter id sort after its extensions.
-	return append(k, 0xFF)
+	return append(dst, 0xFF)
 }
 
 // parseVersionKey returns the user key, counter and anchor of a version key.

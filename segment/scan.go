@@ -45,6 +45,9 @@ type Scanner struct {
 	err      error
 }
 
+// Buffer returns the scanner's read buffer, for a later NewScannerBuffer.
+func (s *Scanner) Buffer() []byte { return s.buf[:0] }
+
 // scanChunk is the read size. Frames larger than this are read whole (their
 // length is bounded by the file size, never trusted on its own).
 const scanChunk = 1 << 20
@@ -52,7 +55,15 @@ const scanChunk = 1 << 20
 // NewScanner reads and checks the header of a segment of the given size. A
 // file too short to hold its header yields a Torn *FrameError.
 func NewScanner(r io.ReaderAt, size int64) (*Scanner, error) {
-	s := &Scanner{r: r, size: size}
+	return NewScannerBuffer(r, size, nil)
+}
+
+// NewScannerBuffer is NewScanner reading into buf while it is large enough,
+// so a caller scanning many segments can reuse one buffer (see Buffer).
+// Records from Next point into the buffer, as with NewScanner: a caller
+// must be done with them before it reuses the buffer.
+func NewScannerBuffer(r io.ReaderAt, size int64, buf []byte) (*Scanner, error) {
+	s := &Scanner{r: r, size: size, buf: buf[:0]}
 	if err := s.fill(0, min(size, int64(headerFixed+MaxAnchorID))); err != nil {
 		return nil, err
 	}
