@@ -68,6 +68,12 @@ END {
 	pair("no-sync append, 1 writer", "AppendNoSync/writers=1", "PeerPebbleNoSync/writers=1", 0.6)
 	pair("get, 1M keys", "Get", "PeerPebbleGet", 0.5)
 	pair("admission overhead", "AppendSync/writers=64/anchors=16", "AppendSyncNoAdmission/writers=64/anchors=16", 0.95)
+	pair("verify, 1 thread", "Verify/threads=1", "PeerHashOnly/threads=1", 0.7)
+	pair("verify, 2 threads vs 1", "Verify/threads=2", "Verify/threads=1", 1.6)
+	pair("merge vs sort-merge", "Merge", "PeerSortMerge", 1.0)
+	pair("snapshot vs zstd alone", "SnapshotCreate/durable", "PeerZstdOnly", 0.6)
+	pair("rebuild: snapshot vs replay", "RebuildIndex/from-snapshot", "RebuildIndex/full", 5.0)
+	pair("(the same, 100,000 keys)", "RebuildIndex/keys=100000/from-snapshot", "RebuildIndex/keys=100000/full", 0)
 	printf "\ntargets: %d PASS, %d MISS, %d without data\n", pass, miss, nodata
 }
 ' "$@"

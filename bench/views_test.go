@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -23,7 +24,9 @@ import (
 //	    keys to a snapshot file vs the same key and value bytes through zstd.
 //	BenchmarkRebuildIndex/full and /from-snapshot — dropping and rebuilding
 //	    the index of 1,000,000 records (a snapshot at 900,000, a tail of
-//	    100,000 after it).
+//	    100,000 after it), every record a key of its own; /keys=100000/…
+//	    the same over 100,000 keys, so the snapshot's state is a tenth of
+//	    the records before it.
 
 const (
 	mergeAnchors = 1000
@@ -33,8 +36,9 @@ const (
 // loadInterleaved builds a closed database of anchors × per records whose
 // counters interleave: each batch holds one record of every anchor, so the
 // merged order switches anchor at every record. With snapAt > 0 a snapshot is
-// taken after that many records.
-func loadInterleaved(name string, anchors, per, snapAt int) (string, error) {
+// taken after that many records. With keys > 0 record i writes key i mod
+// keys; otherwise every record writes a key of its own.
+func loadInterleaved(name string, anchors, per, snapAt, keys int) (string, error) {
 	dir, err := fixtureDir(name)
 	if err != nil {
 		return "", err
@@ -51,6 +55,9 @@ func loadInterleaved(name string, anchors, per, snapAt int) (string, error) {
 	for round := 0; round < per; round++ {
 		for a := range ids {
 			k, v := bufs[a].kv(uint64(n + a))
+			if keys > 0 {
+				k = Key(bufs[a].k[:], uint64((n+a)%keys))
+			}
 			entries[a] = engine.Entry{Anchor: ids[a], Type: segment.TypePut, Key: k, Value: v}
 		}
 		if _, err := db.AppendBatch(ctx, entries); err != nil {
@@ -72,7 +79,7 @@ var mergeFixtures onceBySize[string]
 
 func mergeFixture(tb testing.TB) *engine.DB {
 	dir, err := mergeFixtures.get(mergeAnchors*mergePer, func(int) (string, error) {
-		return loadInterleaved("merge", mergeAnchors, mergePer, 0)
+		return loadInterleaved("merge", mergeAnchors, mergePer, 0, 0)
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -146,7 +153,7 @@ var snapshotFixtures onceBySize[string]
 
 func snapshotFixture(tb testing.TB) *engine.DB {
 	dir, err := snapshotFixtures.get(snapshotKeys, func(n int) (string, error) {
-		return loadInterleaved("snapshot", 100, n/100, 0)
+		return loadInterleaved("snapshot", 100, n/100, 0, 0)
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -244,13 +251,25 @@ func BenchmarkPeerZstdOnly(b *testing.B) {
 	b.ReportMetric(float64(raw)/1e6/b.Elapsed().Seconds(), "MB/s")
 }
 
-const rebuildRecords = 1_000_000
+const (
+	rebuildRecords = 1_000_000
+	// rebuildKeys is the number of keys of the second rebuild fixture.
+	rebuildKeys = 100_000
+)
 
 var rebuildFixtures onceBySize[string]
 
 func BenchmarkRebuildIndex(b *testing.B) {
-	dir, err := rebuildFixtures.get(rebuildRecords, func(n int) (string, error) {
-		return loadInterleaved("rebuild", 1000, n/1000, n*9/10)
+	// The unique-key fixture is the target's case: its snapshot holds a
+	// version of every record before it, so a rebuild from the snapshot
+	// writes as many rows as a full replay.
+	benchmarkRebuild(b, 0)
+	b.Run(fmt.Sprintf("keys=%d", rebuildKeys), func(b *testing.B) { benchmarkRebuild(b, rebuildKeys) })
+}
+
+func benchmarkRebuild(b *testing.B, keys int) {
+	dir, err := rebuildFixtures.get(keys, func(int) (string, error) {
+		return loadInterleaved(fmt.Sprintf("rebuild-%d", keys), 1000, rebuildRecords/1000, rebuildRecords*9/10, keys)
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -281,7 +300,7 @@ func BenchmarkRebuildIndex(b *testing.B) {
 // TestViewWorkloads runs the bodies of the view benchmarks once on a small
 // database, so they cannot rot between benchmark runs.
 func TestViewWorkloads(t *testing.T) {
-	dir, err := loadInterleaved("views-small", 20, 30, 400)
+	dir, err := loadInterleaved("views-small", 20, 30, 400, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
