@@ -43,7 +43,8 @@ bench:
 FUZZPKGS := ./fuzz/ ./cmd/anchordb/
 
 ## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=10m).
-## fuzz/run.sh retries a run that hit Go 1.26's -fuzztime deadline race once.
+## fuzz/run.sh reruns a target that hit Go 1.26's -fuzztime deadline race
+## once, for as many inputs as it reached (a count has no deadline to race).
 ## FUZZMINIMIZETIME, if set, bounds the minimizing of each new input.
 fuzz:
 	GO=$(GO) FUZZMINIMIZETIME=$(FUZZMINIMIZETIME) sh fuzz/run.sh $(FUZZTIME) $(FUZZPKGS)
