@@ -43,6 +43,10 @@ import (
 // errFastPathAbandoned makes initIndex fall back to a full replay.
 var errFastPathAbandoned = errors.New("fast rebuild abandoned")
 
+// errRebuildStopped ends the snapshot's reader when the rebuild returns
+// before it is done; nobody reads it.
+var errRebuildStopped = errors.New("rebuild stopped")
+
 type rebuildAnchor struct {
 	id    string
 	dir   string
@@ -137,9 +141,11 @@ type kv struct{ k, v []byte }
 // The tail's versions (records after the frontier) go to Pebble as sorted
 // runs of about tailRunBytes, each written as a table and ingested after the
 // snapshot's tables. They overlap the k table, so they cannot be ingested
-// with it (one ingestion's tables must not overlap), and going through the
-// memtable instead made Pebble ingest every table into L0 and compact them
-// all before Close. A variable so tests can make many runs.
+// with it (one ingestion's tables must not overlap); Pebble puts each run in
+// L0, above the k table at the bottom, so only the tail is ever compacted
+// down. Going through the memtable instead overlapped every ingested table,
+// put them all in L0 and made Close wait for their compaction. A variable so
+// tests can make many runs.
 var tailRunBytes = 16 << 20
 
 // tailRuns collects the tail's k rows and writes them out in sorted runs.
@@ -169,6 +175,7 @@ func (t *tailRuns) flush() error {
 	w := &tableWriter{db: t.db, dir: t.dir, name: fmt.Sprintf("t%04d", len(t.runs)), done: t.done}
 	for _, row := range t.rows {
 		if err := w.set(row.k, row.v); err != nil {
+			_ = w.finish() // closed, not left open, before tmp goes
 			return err
 		}
 	}
@@ -252,24 +259,48 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	if err := db.fs.MkdirAll(tmp, 0o755); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", tmp)
 	}
-	defer func() { _ = db.fs.RemoveAll(tmp) }()
 	done := &finisher{}
-	// On every return: no table may be written while the directory goes.
-	defer func() { _ = done.wait() }()
 	tw := func(name string) *tableWriter { return &tableWriter{db: db, dir: tmp, name: name, done: done} }
 	aW, iW, kW, nW, sW := tw("a"), tw("i"), tw("k"), tw("n"), tw("s")
+	stop := make(chan struct{}) // closed on return: every goroutine below ends
+	var workers sync.WaitGroup
+	kDone := make(chan error, 1)
+	kWaited := false
+	// On every return, in this order: stop the goroutines and wait for them
+	// (the snapshot's reader and the k table are theirs), hand every table
+	// still open to the finisher and wait for it, and only then remove the
+	// directory. Nothing writes into it, or reads the snapshot, afterwards.
+	defer func() {
+		close(stop)
+		workers.Wait()
+		if !kWaited {
+			<-kDone
+		}
+		for _, t := range []*tableWriter{aW, iW, nW, sW} {
+			_ = t.finish()
+		}
+		_ = done.wait()
+		_ = db.fs.RemoveAll(tmp)
+	}()
 
 	// The state at the frontier goes to the k table while the anchors are
 	// read. Its rows do not say where their records are (segno 0): reads
 	// find that in the records' s rows.
 	inSnapTruncated := map[anchorSeq]bool{} // written by the k goroutine, read after kDone
-	kDone := make(chan error, 1)
 	go func() {
 		var err error
 		var key, val []byte // reused: the table writer copies what it keeps
 		for e, eerr := range snap.Entries() {
 			if eerr != nil {
 				err = eerr
+				break
+			}
+			select {
+			case <-stop:
+				err = errRebuildStopped
+			default:
+			}
+			if err != nil {
 				break
 			}
 			v := e.Version
@@ -303,11 +334,10 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	}
 	next := make(chan int)
 	window := make(chan struct{}, 16) // anchors read ahead of the writer
-	stop := make(chan struct{})
-	defer close(stop)
-	workers := max(1, min(4, runtime.GOMAXPROCS(0)))
-	for w := 0; w < workers; w++ {
+	for w := 0; w < max(1, min(4, runtime.GOMAXPROCS(0))); w++ {
+		workers.Add(1)
 		go func() {
+			defer workers.Done()
 			var buf []byte // the worker's segment read buffer
 			for i := range next {
 				results[i].out, results[i].err = db.rebuildAnchor(anchors[i], front[anchors[i].id].Seq, &buf)
@@ -373,7 +403,9 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	if err := tail.flush(); err != nil {
 		return err
 	}
-	if err := <-kDone; err != nil {
+	kErr := <-kDone
+	kWaited = true
+	if err := kErr; err != nil {
 		if errs.CodeOf(err) == errs.CodeSnapshotCorrupted {
 			return abandon("snapshot %s: %v", info.Path, err)
 		}
@@ -413,7 +445,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	}
 	// The memtable holds no row of these tables' ranges (the index was
 	// empty), so they go straight to the bottom level; each tail run then
-	// lands in a level above what it overlaps.
+	// lands in L0, the level above it that Pebble ingests into.
 	for _, p := range append([][]string{paths}, tail.runs...) {
 		if len(p) == 0 {
 			continue

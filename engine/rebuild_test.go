@@ -455,3 +455,81 @@ func TestVerifyDeferredRows(t *testing.T) {
 		wantFinding(t, db, errs.CodeIndexMismatch, "a2", ve.Seq, "no rebuild from a snapshot covers it")
 	})
 }
+
+// A rebuild from a snapshot that gives up in its main loop (here: a damaged
+// record in the first anchor's tail) must stop and wait for its goroutines
+// before it removes its directory and closes the snapshot: the one writing
+// the state's table kept reading the snapshot and writing into the removed
+// directory, and on MemFS crashed reading the closed file.
+func TestAbandonedRebuildLeavesNothingRunning(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	db := mustOpen(t, mem, Options{FS: mem})
+	var entries []Entry
+	for i := 0; i < 30000; i++ {
+		entries = append(entries, Entry{Anchor: "b", Type: "put", Key: []byte(fmt.Sprintf("key-%07d", i)), Value: []byte(strings.Repeat("v", 60))})
+		if len(entries) == 1000 {
+			if _, err := db.AppendBatch(ctx, entries); err != nil {
+				t.Fatal(err)
+			}
+			entries = entries[:0]
+		}
+	}
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%d", i)), []byte(fmt.Sprintf("value-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	flipValueByte(t, mem, "a", "value-2")
+
+	var mu sync.Mutex
+	removed := false
+	var after []string
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !strings.Contains(op.Path, "rebuild-") {
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if op.Kind == errorfs.OpRemoveAll {
+			removed = true
+		} else if removed {
+			after = append(after, fmt.Sprintf("%v %s", op.Kind, op.Path))
+		}
+		return nil
+	})
+	opts := Options{FS: errorfs.Wrap(mem, inj)}
+	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned := false
+	for _, ev := range plan.Report.Events {
+		abandoned = abandoned || ev.Kind == EventFastRebuildAbandoned
+	}
+	if !abandoned {
+		t.Fatalf("the fast path was not abandoned: %+v", plan.Report)
+	}
+	// Give a straggler time to show: open and read the database.
+	db = mustOpen(t, mem, Options{FS: mem})
+	if _, err := db.Get(ctx, []byte("key-0029999")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !removed {
+		t.Fatal("the rebuild's directory was never removed")
+	}
+	if len(after) > 0 {
+		t.Fatalf("%d operations on the rebuild's directory after it was removed, the first %q", len(after), after[0])
+	}
+}

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"sort"
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -494,24 +494,12 @@ func (v *verifier) checkDeferred() {
 	// In record order, so one reader per anchor goes through its segments
 	// once: a reader per row read 256 KiB for each of them, which made
 	// verify after a rebuild of 1M records take minutes.
-	type deferredRow struct {
-		seq uint64
-		row retainedRow
-	}
-	rows := make([]deferredRow, len(v.deferred))
+	seqs := make([]uint64, len(v.deferred))
 	for i, r := range v.deferred {
 		ve, _ := decodeVersionEntry(r.value)
-		rows[i] = deferredRow{ve.Seq, r}
+		seqs[i] = ve.Seq
 	}
-	slices.SortFunc(rows, func(a, b deferredRow) int {
-		if c := strings.Compare(a.row.anchor, b.row.anchor); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.seq, b.seq)
-	})
-	for i := range rows {
-		v.deferred[i] = rows[i].row
-	}
+	sort.Sort(rowsInRecordOrder{v.deferred, seqs})
 	var fr *frameReader
 	defer func() {
 		if fr != nil {
@@ -551,6 +539,25 @@ func (v *verifier) checkDeferred() {
 		}
 		return true
 	})
+}
+
+// rowsInRecordOrder sorts rows by anchor and seq (seqs[i] is rows[i]'s),
+// in place: a copy of a million rows would cost 64 MB.
+type rowsInRecordOrder struct {
+	rows []retainedRow
+	seqs []uint64
+}
+
+func (o rowsInRecordOrder) Len() int { return len(o.rows) }
+func (o rowsInRecordOrder) Less(i, j int) bool {
+	if c := strings.Compare(o.rows[i].anchor, o.rows[j].anchor); c != 0 {
+		return c < 0
+	}
+	return o.seqs[i] < o.seqs[j]
+}
+func (o rowsInRecordOrder) Swap(i, j int) {
+	o.rows[i], o.rows[j] = o.rows[j], o.rows[i]
+	o.seqs[i], o.seqs[j] = o.seqs[j], o.seqs[i]
 }
 
 // retainedRow is a 'k' row of a truncated record, checked by checkRetained.
