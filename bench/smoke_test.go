@@ -116,7 +116,13 @@ func TestRatios(t *testing.T) {
 		"get, 1M keys                   Get                                          300000 PeerPebbleGet                              500000    0.60  >= 0.50  PASS",
 		// 10000 over 10200
 		"admission overhead AppendSync/writers=64/anchors=16 10000 AppendSyncNoAdmission/writers=64/anchors=16 10200 0.98 >= 0.95 PASS",
-		"targets: 4 PASS, 2 MISS, 0 without data",
+		"verify, 1 thread Verify/threads=1 300000 PeerHashOnly/threads=1 1000000 0.30 >= 0.70 MISS",
+		"verify, 2 threads vs 1 Verify/threads=2 540000 Verify/threads=1 300000 1.80 >= 1.60 PASS",
+		"merge vs sort-merge Merge 300000 PeerSortMerge 150000 2.00 >= 1.00 PASS",
+		"snapshot vs zstd alone SnapshotCreate/durable 500000 PeerZstdOnly 1000000 0.50 >= 0.60 MISS",
+		"rebuild: snapshot vs replay RebuildIndex/from-snapshot 600000 RebuildIndex/full 150000 4.00 >= 5.00 MISS",
+		"(the same, 100,000 keys) RebuildIndex/keys=100000/from-snapshot 900000 RebuildIndex/keys=100000/full 150000 6.00 - info",
+		"targets: 6 PASS, 5 MISS, 0 without data",
 	}
 	for _, w := range want {
 		if !strings.Contains(squeeze(string(out)), strings.Join(strings.Fields(w), " ")) {
