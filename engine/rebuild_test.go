@@ -533,3 +533,70 @@ func TestAbandonedRebuildLeavesNothingRunning(t *testing.T) {
 		t.Fatalf("%d operations on the rebuild's directory after it was removed, the first %q", len(after), after[0])
 	}
 }
+
+// Error injection into a rebuild from a snapshot: the i-th operation on the
+// rebuild's own tables (create, write, sync, close, the ingestion's link)
+// fails, for i = 0, 1, … until a rebuild meets no failure. Each failed
+// rebuild must return a coded error, or fall back and succeed; a plain open
+// afterwards must give the same state, verify, and leave no table behind.
+func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
+	withTailRuns(t, 200, func() {
+		ctx := context.Background()
+		pristine := vfs.NewMem()
+		db, want := compactFixture(t, pristine)
+		if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 20; i++ {
+			k := fmt.Sprintf("k%03d", 100+i)
+			if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%3), []byte(k), []byte("tail")); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = "tail"
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			mem := cloneMemFS(t, pristine)
+			var n atomic.Int64
+			var fired atomic.Bool
+			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if !strings.Contains(op.Path, "rebuild-") || op.Kind == errorfs.OpRemoveAll {
+					return nil
+				}
+				if n.Add(1)-1 == int64(i) {
+					fired.Store(true)
+					return errorfs.ErrInjected
+				}
+				return nil
+			})
+			opts := Options{FS: errorfs.Wrap(mem, inj), SegmentSize: 4096, InlineValueMax: 64}
+			_, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+			if err != nil && errs.CodeOf(err) == "" {
+				t.Fatalf("op %d: an uncoded error: %v", i, err)
+			}
+			if !fired.Load() {
+				if err != nil {
+					t.Fatalf("no failure injected, yet: %v", err)
+				}
+				t.Logf("%d operations on the rebuild's tables", i)
+				return
+			}
+			db, err := Open("db", Options{FS: mem, SegmentSize: 4096, InlineValueMax: 64})
+			if err != nil {
+				t.Fatalf("op %d: open after the failed rebuild: %v", i, err)
+			}
+			checkState(t, db, want)
+			if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+				t.Fatalf("op %d: verify: %v %+v", i, err, rep.Failures)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if left, _ := mem.List("db/tmp"); len(left) > 0 {
+				t.Fatalf("op %d: %v left in db/tmp", i, left)
+			}
+		}
+	})
+}
