@@ -138,6 +138,13 @@ type Writer struct {
 	// they start at file offset off-len(pending).
 	pending []byte
 	spare   []byte
+	// written is how much of the current file has been written; a SyncTo
+	// covers no more than that, never bytes another flush still holds.
+	written int64
+	// failed is the first failed write. The bytes it dropped may be ones a
+	// later SyncTo covers, so from then on every write and sync fails: the
+	// journal never calls durable what is in no file.
+	failed error
 	// writeMu orders writes of pending bytes to the file.
 	writeMu sync.Mutex
 	// prealloc is how far past the data Flush keeps the file extended with
@@ -244,6 +251,10 @@ func (w *Writer) flush(extend bool) error {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
 	w.mu.Lock()
+	if err := w.failed; err != nil {
+		w.mu.Unlock()
+		return err
+	}
 	buf, f, gen := w.pending, w.file, w.gen
 	at := w.off - int64(len(buf))
 	w.pending, w.spare = w.spare[:0], nil
@@ -259,12 +270,16 @@ func (w *Writer) flush(extend bool) error {
 		w.zeroAhead(f, gen, at+int64(len(buf)))
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if cap(buf) <= 1<<20 {
 		w.spare = buf[:0]
 	}
-	w.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("write journal %s at %d: %w", FileName(gen), at, err)
+		w.failed = fmt.Errorf("write journal %s at %d: %w", FileName(gen), at, err)
+		return w.failed
+	}
+	if gen == w.gen {
+		w.written = at + int64(len(buf))
 	}
 	return nil
 }
@@ -348,8 +363,17 @@ func (w *Writer) SyncTo(p Pos) error {
 		return err
 	}
 	w.mu.Lock()
-	old, f, target := w.old, w.file, Pos{Gen: w.gen, Off: w.off - int64(len(w.pending))}
+	old, f, target := w.old, w.file, Pos{Gen: w.gen, Off: w.written}
+	failed := w.failed
 	w.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	if target.Less(p) {
+		// Unreachable while every block before p was buffered before this
+		// SyncTo: its Flush wrote them or waited for the flush that did.
+		return fmt.Errorf("journal position %v is not written (written to %v)", p, target)
+	}
 	if old != nil {
 		if err := old.file.SyncData(); err != nil {
 			return fmt.Errorf("fsync journal %s: %w", FileName(old.gen), err)
@@ -401,7 +425,7 @@ func (w *Writer) Rotate() (Pos, error) {
 		_ = w.old.file.Close()
 	}
 	w.old = &oldFile{gen: w.gen, file: w.file, end: w.off}
-	w.gen, w.file, w.off = next, f, 0
+	w.gen, w.file, w.off, w.written = next, f, 0, 0
 	return Pos{Gen: next}, nil
 }
 

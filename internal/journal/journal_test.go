@@ -2,11 +2,14 @@ package journal
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func block(gen uint64, payload []byte) []byte {
@@ -313,5 +316,63 @@ func testRotateWhileSyncing(t *testing.T, o Options) {
 		if len(got) != blocks[g] || tail.Reason != "" {
 			t.Fatalf("gen %d: read %d blocks of %d, tail %+v", g, len(got), blocks[g], tail)
 		}
+	}
+}
+
+// A block whose write failed must never be reported durable. Rotate's write
+// of the buffered blocks failed and dropped them; a SyncTo covering them
+// then found nothing buffered, fsynced the file and said yes, and the engine
+// acknowledged appends that were in no file (TestErrorInjection/writes, op
+// 95, once under -race).
+func TestFailedWriteIsNeverSynced(t *testing.T) {
+	for _, name := range []string{"rotate", "flush"} {
+		t.Run(name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			_ = mem.MkdirAll("j", 0o755)
+			var fail atomic.Bool
+			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if op.Kind == errorfs.OpFileWriteAt && fail.Load() {
+					return errors.New("injected: write failed")
+				}
+				return nil
+			}))
+			for _, prealloc := range []int64{0, 4096} {
+				fail.Store(false)
+				_ = mem.RemoveAll("j")
+				_ = mem.MkdirAll("j", 0o755)
+				w, err := Create(fs, "j", 1, Options{Prealloc: prealloc})
+				if err != nil {
+					t.Fatal(err)
+				}
+				first, err := w.Append(block(1, []byte("written and synced")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.SyncTo(first); err != nil {
+					t.Fatal(err)
+				}
+				lost := w.AppendBuffered(block(1, []byte("its write fails")))
+				fail.Store(true)
+				if name == "rotate" {
+					_, err = w.Rotate()
+				} else {
+					err = w.Flush()
+				}
+				if err == nil {
+					t.Fatalf("prealloc %d: the failed write was not reported", prealloc)
+				}
+				fail.Store(false)
+				if err := w.SyncTo(lost); err == nil {
+					t.Fatalf("prealloc %d: SyncTo says a block whose write failed is durable", prealloc)
+				}
+				if err := w.Sync(); err == nil {
+					t.Fatalf("prealloc %d: Sync succeeded after a failed write", prealloc)
+				}
+				if _, err := w.Append(block(1, []byte("after"))); err == nil {
+					t.Fatalf("prealloc %d: Append succeeded after a failed write", prealloc)
+				}
+				_ = w.Close()
+			}
+		})
 	}
 }
