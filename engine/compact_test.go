@@ -17,12 +17,17 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
+// fixtureOptions are the options compactFixture's database is written with.
+func fixtureOptions(fs vfs.FS) Options {
+	return Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+}
+
 // compactFixture fills a database with enough records to seal several
 // segments per anchor, with values both inline and in segments.
 func compactFixture(t *testing.T, fs vfs.FS) (*DB, map[string]string) {
 	t.Helper()
 	ctx := context.Background()
-	db, err := Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	db, err := Open("db", fixtureOptions(fs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +169,7 @@ func TestCompactTruncatesAndRebuilds(t *testing.T) {
 	if err := fs.RemoveAll("db/index"); err != nil {
 		t.Fatal(err)
 	}
-	db, err = Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	db, err = Open("db", fixtureOptions(fs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +226,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 		}
 		return nil
 	})
-	db, err := Open("db", Options{FS: errorfs.Wrap(mem, inj), SegmentSize: 4096, InlineValueMax: 64})
+	db, err := Open("db", fixtureOptions(errorfs.Wrap(mem, inj)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +239,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 	_ = db.Close()
 	t.Logf("%d crash points", len(clones))
 	for i, c := range clones {
-		db, err := Open("db", Options{FS: c, SegmentSize: 4096, InlineValueMax: 64})
+		db, err := Open("db", fixtureOptions(c))
 		if err != nil {
 			t.Fatalf("crash point %d: open: %v", i, err)
 		}

@@ -60,7 +60,6 @@ type tableWriter struct {
 	dir   string
 	name  string
 	w     *sstable.Writer
-	n     int
 	paths []string
 	size  int
 	done  *finisher
@@ -118,22 +117,20 @@ func (t *tableWriter) set(k, v []byte) error {
 	if err := t.w.Set(k, v); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "write rebuilt index table")
 	}
-	t.n++
 	t.size += len(k) + len(v)
 	if t.size >= 64<<20 {
-		return t.finish()
+		t.finish()
 	}
 	return nil
 }
 
-// finish hands the open sstable, if any, to the finisher.
-func (t *tableWriter) finish() error {
-	if t.w == nil {
-		return nil
+// finish hands the open sstable, if any, to the finisher, which reports
+// its errors.
+func (t *tableWriter) finish() {
+	if t.w != nil {
+		t.done.close(t.w)
+		t.w = nil
 	}
-	t.done.close(t.w)
-	t.w = nil
-	return nil
 }
 
 type kv struct{ k, v []byte }
@@ -175,13 +172,11 @@ func (t *tailRuns) flush() error {
 	w := &tableWriter{db: t.db, dir: t.dir, name: fmt.Sprintf("t%04d", len(t.runs)), done: t.done}
 	for _, row := range t.rows {
 		if err := w.set(row.k, row.v); err != nil {
-			_ = w.finish() // closed, not left open, before tmp goes
+			w.finish() // closed, not left open, before tmp goes
 			return err
 		}
 	}
-	if err := w.finish(); err != nil {
-		return err
-	}
+	w.finish()
 	t.runs = append(t.runs, w.paths)
 	clear(t.rows)
 	t.rows, t.bytes = t.rows[:0], 0
@@ -277,7 +272,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			<-kDone
 		}
 		for _, t := range []*tableWriter{aW, iW, nW, sW} {
-			_ = t.finish()
+			t.finish()
 		}
 		_ = done.wait()
 		_ = db.fs.RemoveAll(tmp)
@@ -319,7 +314,8 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 				break
 			}
 		}
-		kDone <- errors.Join(err, kW.finish())
+		kW.finish()
+		kDone <- err
 	}()
 
 	// Anchors are read by workers and written in id order by this goroutine.
@@ -405,11 +401,11 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	}
 	kErr := <-kDone
 	kWaited = true
-	if err := kErr; err != nil {
-		if errs.CodeOf(err) == errs.CodeSnapshotCorrupted {
-			return abandon("snapshot %s: %v", info.Path, err)
+	if kErr != nil {
+		if errs.CodeOf(kErr) == errs.CodeSnapshotCorrupted {
+			return abandon("snapshot %s: %v", info.Path, kErr)
 		}
-		return err
+		return kErr
 	}
 	// The rest goes through one batch after the ingestions: the newest
 	// versions that stubs kept, and how far history was not rebuilt.
@@ -435,9 +431,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	}
 	var paths []string
 	for _, t := range []*tableWriter{aW, iW, kW, nW, sW} {
-		if err := t.finish(); err != nil {
-			return err
-		}
+		t.finish()
 		paths = append(paths, t.paths...)
 	}
 	if err := done.wait(); err != nil {

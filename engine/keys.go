@@ -55,7 +55,7 @@ func anchorScoped(tag byte, anchor string) []byte {
 }
 
 func seqKey(anchor string, seq uint64) []byte {
-	return be.AppendUint64(anchorScoped(tagSeq, anchor), seq)
+	return appendSeqKey(make([]byte, 0, seqKeySize(anchor)), anchor, seq)
 }
 
 // seqKeySize is the length of seqKey(anchor, seq).

@@ -85,7 +85,7 @@ func testRebuildFromSnapshotMatchesFullReplay(t *testing.T) {
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
-			opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+			opts := fixtureOptions(fs)
 			plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 			if err != nil {
 				t.Fatal(err)
@@ -148,7 +148,7 @@ func TestRebuildFromSnapshotFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No snapshot: a full replay does it.
-	plan, err := RebuildIndexWith(ctx, "db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}, RebuildOptions{Apply: true, FromSnapshot: true})
+	plan, err := RebuildIndexWith(ctx, "db", fixtureOptions(fs), RebuildOptions{Apply: true, FromSnapshot: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestRebuildFromSnapshotFallsBack(t *testing.T) {
 	if !abandoned {
 		t.Fatalf("no snapshot, yet the fast path ran: %+v", plan.Report)
 	}
-	db, err = Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	db, err = Open("db", fixtureOptions(fs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,20 +274,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 	withTailRuns(t, 200, func() {
 		ctx := context.Background()
 		mem := vfs.NewCrashableMem()
-		db, want := compactFixture(t, mem)
-		if _, err := db.CreateSnapshot(ctx, ""); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < 20; i++ {
-			k := fmt.Sprintf("k%03d", 100+i)
-			if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%3), []byte(k), []byte("tail")); err != nil {
-				t.Fatal(err)
-			}
-			want[k] = "tail"
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
+		want := snapshotWithTail(t, mem, 100)
 		var mu sync.Mutex
 		var clones []*vfs.MemFS
 		var capture atomic.Bool
@@ -305,7 +292,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 			}
 			return nil
 		})
-		opts := Options{FS: errorfs.Wrap(linkGuard{mem, &mu}, inj), SegmentSize: 4096, InlineValueMax: 64}
+		opts := fixtureOptions(errorfs.Wrap(linkGuard{mem, &mu}, inj))
 		plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 		capture.Store(false)
 		if err != nil {
@@ -321,25 +308,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 		}
 		t.Logf("%d crash points", len(clones))
 		for i, c := range clones {
-			db, err := Open("db", Options{FS: c, SegmentSize: 4096, InlineValueMax: 64})
-			if err != nil {
-				t.Fatalf("crash point %d: open: %v", i, err)
-			}
-			for _, ev := range db.RecoveryReport().Events {
-				if ev.Kind == EventDamaged {
-					t.Fatalf("crash point %d: %v", i, ev)
-				}
-			}
-			checkState(t, db, want)
-			if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
-				t.Fatalf("crash point %d: verify: %v %+v", i, err, rep.Failures)
-			}
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if left, _ := c.List("db/tmp"); len(left) > 0 {
-				t.Fatalf("crash point %d: %v left in db/tmp", i, left)
-			}
+			checkAfterRebuild(t, c, want, fmt.Sprintf("crash point %d", i))
 		}
 	})
 }
@@ -364,23 +333,12 @@ func deferredFixture(t *testing.T) (*DB, map[string][][2][]byte) {
 	t.Helper()
 	ctx := context.Background()
 	fs := vfs.NewMem()
-	db, _ := compactFixture(t, fs)
-	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 20; i++ {
-		if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%3), []byte(fmt.Sprintf("k%03d", i)), []byte("tail")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+	snapshotWithTail(t, fs, 0) // the tail writes keys the snapshot holds
+	opts := fixtureOptions(fs)
 	if _, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true}); err != nil {
 		t.Fatal(err)
 	}
-	db = mustOpen(t, fs, opts)
+	db := mustOpen(t, fs, opts)
 	t.Cleanup(func() { _ = db.Close() })
 	rows := map[string][][2][]byte{}
 	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
@@ -543,20 +501,7 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 	withTailRuns(t, 200, func() {
 		ctx := context.Background()
 		pristine := vfs.NewMem()
-		db, want := compactFixture(t, pristine)
-		if _, err := db.CreateSnapshot(ctx, ""); err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < 20; i++ {
-			k := fmt.Sprintf("k%03d", 100+i)
-			if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%3), []byte(k), []byte("tail")); err != nil {
-				t.Fatal(err)
-			}
-			want[k] = "tail"
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
+		want := snapshotWithTail(t, pristine, 100)
 		for i := 0; ; i++ {
 			mem := cloneMemFS(t, pristine)
 			var n atomic.Int64
@@ -571,7 +516,7 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 				}
 				return nil
 			})
-			opts := Options{FS: errorfs.Wrap(mem, inj), SegmentSize: 4096, InlineValueMax: 64}
+			opts := fixtureOptions(errorfs.Wrap(mem, inj))
 			_, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 			if err != nil && errs.CodeOf(err) == "" {
 				t.Fatalf("op %d: an uncoded error: %v", i, err)
@@ -583,20 +528,55 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 				t.Logf("%d operations on the rebuild's tables", i)
 				return
 			}
-			db, err := Open("db", Options{FS: mem, SegmentSize: 4096, InlineValueMax: 64})
-			if err != nil {
-				t.Fatalf("op %d: open after the failed rebuild: %v", i, err)
-			}
-			checkState(t, db, want)
-			if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
-				t.Fatalf("op %d: verify: %v %+v", i, err, rep.Failures)
-			}
-			if err := db.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if left, _ := mem.List("db/tmp"); len(left) > 0 {
-				t.Fatalf("op %d: %v left in db/tmp", i, left)
-			}
+			checkAfterRebuild(t, mem, want, fmt.Sprintf("op %d", i))
 		}
 	})
+}
+
+// snapshotWithTail writes compactFixture to fs, snapshots it, puts a tail of
+// 20 keys from k<first> on after it, closes it, and returns the state.
+func snapshotWithTail(t *testing.T, fs vfs.FS, first int) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	db, want := compactFixture(t, fs)
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("k%03d", first+i)
+		if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%3), []byte(k), []byte("tail")); err != nil {
+			t.Fatal(err)
+		}
+		want[k] = "tail"
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// checkAfterRebuild opens the database on fs as it is after an interrupted
+// or failed rebuild, and requires no damage, the state want, a clean verify
+// and nothing left in db/tmp.
+func checkAfterRebuild(t *testing.T, fs vfs.FS, want map[string]string, what string) {
+	t.Helper()
+	db, err := Open("db", fixtureOptions(fs))
+	if err != nil {
+		t.Fatalf("%s: open: %v", what, err)
+	}
+	for _, ev := range db.RecoveryReport().Events {
+		if ev.Kind == EventDamaged {
+			t.Fatalf("%s: %v", what, ev)
+		}
+	}
+	checkState(t, db, want)
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("%s: verify: %v %+v", what, err, rep.Failures)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := fs.List("db/tmp"); len(left) > 0 {
+		t.Fatalf("%s: %v left in db/tmp", what, left)
+	}
 }
