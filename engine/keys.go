@@ -126,9 +126,20 @@ func appendVersionKey(dst, key []byte, counter uint64, anchor string) []byte {
 
 // parseVersionKey returns the user key, counter and anchor of a version key.
 func parseVersionKey(k []byte) (key []byte, counter uint64, anchor string, err error) {
-	if len(k) < 1+2+8+2 || k[0] != tagKey || k[len(k)-1] != 0xFF {
-		return nil, 0, "", fmt.Errorf("malformed version key %x", k)
+	key, ab, counter, err := appendVersionKeyParts(nil, nil, k)
+	if err != nil {
+		return nil, 0, "", err
 	}
+	return key, counter, string(ab), nil
+}
+
+// appendVersionKeyParts is parseVersionKey for loops that reuse buffers: it
+// appends the user key to dst and the anchor id's bytes to anchorDst.
+func appendVersionKeyParts(dst, anchorDst, k []byte) (key, anchor []byte, counter uint64, err error) {
+	if len(k) < 1+2+8+2 || k[0] != tagKey || k[len(k)-1] != 0xFF {
+		return nil, nil, 0, fmt.Errorf("malformed version key %x", k)
+	}
+	key = dst
 	i := 1
 	for ; i+1 < len(k); i++ {
 		if k[i] != 0 {
@@ -142,20 +153,20 @@ func parseVersionKey(k []byte) (key []byte, counter uint64, anchor string, err e
 			continue
 		case 0x01:
 		default:
-			return nil, 0, "", fmt.Errorf("malformed escape in version key %x", k)
+			return nil, nil, 0, fmt.Errorf("malformed escape in version key %x", k)
 		}
 		break
 	}
 	rest := k[i+2:]
 	if len(rest) < 8+2 {
-		return nil, 0, "", fmt.Errorf("malformed version key tail %x", k)
+		return nil, nil, 0, fmt.Errorf("malformed version key tail %x", k)
 	}
 	counter = ^be.Uint64(rest)
-	ab := make([]byte, 0, len(rest)-9)
+	anchor = anchorDst
 	for _, c := range rest[8 : len(rest)-1] {
-		ab = append(ab, 0xFF-c)
+		anchor = append(anchor, 0xFF-c)
 	}
-	return key, counter, string(ab), nil
+	return key, anchor, counter, nil
 }
 
 // prefixEnd returns the smallest key greater than every key with prefix p, or

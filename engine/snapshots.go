@@ -44,7 +44,7 @@ func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef st
 		return snapshot.Info{}, err
 	}
 	meta := snapshot.Meta{Frontier: front, PolicyRef: policyRef, Created: db.opts.Clock()}
-	info, err := snapshot.Create(fs, dir, meta, db.stateEntries(ctx, snap))
+	info, err := snapshot.Create(fs, dir, meta, db.stateEntries(ctx, snap, front))
 	if err != nil {
 		return info, err
 	}
@@ -90,8 +90,11 @@ func (db *DB) frontierAt(ctx context.Context, r pebble.Reader) (snapshot.Frontie
 }
 
 // stateEntries streams the live keys of r in byte order with their newest
-// version.
-func (db *DB) stateEntries(ctx context.Context, r pebble.Reader) iter.Seq2[snapshot.Entry, error] {
+// version. An entry's slices are only valid until the next one: the loop
+// reuses its buffers and hands out inline values in place, which
+// snapshot.Create allows, so a snapshot costs no allocation per key.
+// anchors names the frontier's anchors, whose ids the entries share.
+func (db *DB) stateEntries(ctx context.Context, r pebble.Reader, anchors snapshot.Frontier) iter.Seq2[snapshot.Entry, error] {
 	return func(yield func(snapshot.Entry, error) bool) {
 		it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
 		if err != nil {
@@ -99,25 +102,49 @@ func (db *DB) stateEntries(ctx context.Context, r pebble.Reader) iter.Seq2[snaps
 			return
 		}
 		defer it.Close()
+		ids := make(map[string]string, len(anchors))
+		for id := range anchors {
+			ids[id] = id
+		}
+		var key, anchorBytes, next []byte
 		for ok := it.First(); ok; {
 			if err := ctx.Err(); err != nil {
 				yield(snapshot.Entry{}, err)
 				return
 			}
-			v, err := db.decodeVersion(ctx, it.Key(), it.Value())
+			var counter uint64
+			key, anchorBytes, counter, err = appendVersionKeyParts(key[:0], anchorBytes[:0], it.Key())
 			if err != nil {
-				yield(snapshot.Entry{}, err)
+				yield(snapshot.Entry{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
 				return
 			}
-			if !v.Deleted {
-				e := snapshot.Entry{Key: v.Key, Value: v.Value, Version: snapshot.Version{
-					Anchor: v.Anchor, Seq: v.Seq, Counter: v.Counter, Time: v.Time, Hash: v.Hash}}
+			ve, err := decodeVersionEntry(it.Value())
+			if err != nil {
+				yield(snapshot.Entry{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
+				return
+			}
+			anchor, known := ids[string(anchorBytes)]
+			if !known {
+				// Not in the frontier: snapshot.Create refuses it.
+				anchor = string(anchorBytes)
+			}
+			if ve.Type != verDelete {
+				value := ve.Value
+				if !ve.Inline {
+					rec, err := db.readVersionFrame(ctx, anchor, counter, &ve)
+					if err != nil {
+						yield(snapshot.Entry{}, err)
+						return
+					}
+					value = rec.Value
+				}
+				e := snapshot.Entry{Key: key, Value: value, Version: snapshot.Version{
+					Anchor: anchor, Seq: ve.Seq, Counter: counter, Time: ve.Time, Hash: ve.Hash}}
 				if !yield(e, nil) {
 					return
 				}
 			}
-			next := keyPrefix(v.Key)
-			next[len(next)-1] = 2
+			next = append(appendEscaped(append(next[:0], tagKey), key), 0, 2)
 			ok = nextKey(it, next)
 		}
 		if err := it.Error(); err != nil {

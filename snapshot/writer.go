@@ -66,7 +66,9 @@ func putEncoder(enc *zstd.Encoder) {
 // returns its Info. Entries must come in strictly ascending key order, each
 // with a non-empty key and a version inside the frontier (an anchor of the
 // frontier, seq from 1 to its frontier seq); anything else is INPUT_001. An
-// error from the entries sequence is returned wrapped, its code kept.
+// error from the entries sequence is returned wrapped, its code kept. Create
+// keeps no entry's slices past the step that yielded it, so the sequence may
+// reuse its buffers.
 //
 // Create streams: memory is bounded by the compressor's window and the
 // largest entry, not by the number of entries. It writes atomically — a temp
