@@ -189,14 +189,16 @@ func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs
 	return c, false, nil, nil
 }
 
-// knownIdem finds an idempotency key committed (in the index) or in flight
-// (in a group not yet applied).
+// knownIdem finds an idempotency key committed (in the index, or in a group
+// acknowledged but not yet applied) or in flight (in a group not yet
+// acknowledged).
 func (db *DB) knownIdem(anchor string, key []byte) (e idemEntry, found, pending bool, err error) {
 	db.idemMu.Lock()
-	e, found = db.pendingIdem[anchor+"\x00"+string(key)]
+	pi, found := db.pendingIdem[anchor+"\x00"+string(key)]
 	db.idemMu.Unlock()
 	if found {
-		return e, true, true, nil
+		// Acknowledged but not yet applied is committed, not in flight.
+		return pi.idemEntry, true, pi.group > db.vis.acked.Load(), nil
 	}
 	e, found, err = db.lookupIdem(anchor, key)
 	return e, found, false, err

@@ -67,6 +67,9 @@ var checkpointMu sync.Mutex
 // was signed with the same key, its signature must verify (AUTH_003
 // otherwise). A malformed key is INPUT_001.
 func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *proof.Checkpoint, error) {
+	if err := db.awaitVisible(ctx); err != nil {
+		return nil, nil, err
+	}
 	signerKey = strings.TrimSpace(signerKey)
 	verifierKey, err := verifierForSigner(signerKey)
 	if err != nil {

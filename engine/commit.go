@@ -17,10 +17,10 @@ import (
 // hands leadership to the oldest queued request, so the next group is built
 // while this one syncs.
 //
-// The rest happens in order, group after group, in the applier: one
-// fdatasync of the journal covering every waiting group, then for each group
-// its segment writes (one per anchor), its index batch, and the wake-up of
-// its callers. A NoSync group with nothing ahead of it is applied by its own
+// The rest happens in order, group after group: one fdatasync of the
+// journal covering every waiting group, after which the syncer wakes their
+// callers (visibility.go), then in the applier for each group its segment
+// writes (one per anchor) and its index batch. A NoSync group with nothing ahead of it is applied by its own
 // leader at once, so a single writer never switches goroutines.
 //
 // 1,000 anchors written by 64 goroutines cost one fdatasync per group, not
@@ -30,6 +30,7 @@ type committer struct {
 	mu      sync.Mutex
 	queue   []*request
 	leading bool
+	groups  uint64 // groups built; owned by the leader
 }
 
 // request is one caller's append (one or more records, atomic together) or a
@@ -114,8 +115,13 @@ func (db *DB) lead(self *request) {
 
 // complete hands each request of an applied group its outcome and wakes its
 // caller (except skip, whose caller is the current goroutine). A request must
-// not be touched after its caller is woken: it goes back to the pool.
+// not be touched after its caller is woken: it goes back to the pool. The
+// callers of a group acknowledged early are gone already.
 func (db *DB) complete(g *group, skip *request) {
+	if g.early {
+		g.release()
+		return
+	}
 	for _, r := range g.reqs {
 		if g.err != nil && r.err == nil {
 			r.err, r.receipts = g.err, nil
@@ -128,17 +134,20 @@ func (db *DB) complete(g *group, skip *request) {
 }
 
 // applier applies written groups in journal order. Two goroutines share the
-// work: the syncer takes every waiting group and fsyncs the journal once for
-// all of them; the applier applies synced groups to the segments and the
-// index and wakes their callers. The next fsync runs while the previous
-// groups are applied.
+// work: the syncer takes every waiting group, fsyncs the journal once for
+// all of them and wakes their callers (visibility.go); the applier applies
+// synced groups to the segments and the index and wakes the callers the
+// syncer left to it. The next fsync runs while the previous groups are
+// applied.
 type applier struct {
-	mu       sync.Mutex
-	queue    []*group // written, waiting for the syncer
-	synced   []*group // synced, waiting for the applier
-	inFlight int      // groups queued or being applied
-	signal   chan struct{}
-	ready    chan struct{}
+	mu         sync.Mutex
+	queue      []*group // written, waiting for the syncer
+	synced     []*group // synced, waiting for the applier
+	inFlight   int      // groups queued or being applied
+	earlyBytes int      // acknowledged, not yet applied (visibility.go): journal bytes ...
+	earlyRecs  int      // ... and records
+	signal     chan struct{}
+	ready      chan struct{}
 }
 
 func (ap *applier) init() {
@@ -210,10 +219,39 @@ func (ap *applier) runSyncer(db *DB) {
 			}
 			ap.mu.Lock()
 			ap.synced = append(ap.synced, groups...)
+			early := ap.acknowledge(db, groups)
 			ap.mu.Unlock()
 			notify(ap.ready)
+			// The applier may apply and release them from here on: only
+			// their requests, which it no longer touches, are ours.
+			for _, reqs := range early {
+				for _, r := range reqs {
+					r.wake <- struct{}{}
+				}
+			}
 		}
 	}
+}
+
+// acknowledge marks the synced groups whose callers can be woken before
+// the apply (visibility.go) and returns their requests. It runs under ap.mu,
+// so the applier cannot apply and release a group while it is marked; the
+// acknowledged id is published before any caller wakes, so a read that
+// follows an append waits for it.
+func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
+	var early [][]*request
+	for _, g := range groups {
+		if g.err != nil || len(g.marks) > 0 ||
+			ap.earlyRecs+g.records > maxEarlyRecords || ap.earlyBytes+len(g.block) > maxEarlyBytes {
+			break // in journal order: nothing after a group left to the applier
+		}
+		g.early = true
+		ap.earlyRecs += g.records
+		ap.earlyBytes += len(g.block)
+		db.vis.acked.Store(g.id)
+		early = append(early, g.reqs)
+	}
+	return early
 }
 
 // runApplier is the applier goroutine.
@@ -233,7 +271,27 @@ func (ap *applier) runApplier(db *DB) {
 			if len(groups) == 0 {
 				break
 			}
+			if db.testBeforeApply != nil {
+				db.testBeforeApply()
+			}
 			db.applyGroups(groups)
+			var applied uint64
+			for _, g := range groups {
+				if g.err == nil {
+					applied = g.id
+				}
+			}
+			if applied > 0 {
+				db.vis.advance(applied)
+			}
+			ap.mu.Lock()
+			for _, g := range groups {
+				if g.early {
+					ap.earlyRecs -= g.records
+					ap.earlyBytes -= len(g.block)
+				}
+			}
+			ap.mu.Unlock()
 			for _, g := range groups {
 				db.complete(g, nil)
 			}

@@ -62,6 +62,9 @@ type CompactionResult struct {
 // Compact plans a compaction under policy and, with opts.Apply, applies it.
 func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
 	var res CompactionResult
+	if err := db.awaitVisible(ctx); err != nil {
+		return res, err
+	}
 	if err := policy.Validate(); err != nil {
 		return res, err
 	}

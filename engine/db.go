@@ -59,6 +59,7 @@ type DB struct {
 
 	commit  committer
 	applier applier
+	vis     visibility
 	journal *journal.Writer
 	// flushJournal is the journal as seen by the index's flush hook, which
 	// runs on Pebble's goroutines.
@@ -76,7 +77,7 @@ type DB struct {
 	// Idempotency keys of groups written but not yet applied: the next leader
 	// must see them before the index does.
 	idemMu      sync.Mutex
-	pendingIdem map[string]idemEntry
+	pendingIdem map[string]pendingIdem
 
 	// Segment bytes buffered per anchor (see segwrite.go).
 	bufMu           sync.Mutex
@@ -96,8 +97,11 @@ type DB struct {
 	stopApplier chan struct{}
 	bg          sync.WaitGroup // the syncer and the applier
 	settler     sync.WaitGroup // the settle loop
-	cutsMu      sync.Mutex
-	cuts        map[string]uint64 // anchor → first seq still in a segment (cutOf)
+	// testBeforeApply, when set (by tests, before the first append), runs
+	// in the applier before each round of groups is applied.
+	testBeforeApply func()
+	cutsMu          sync.Mutex
+	cuts            map[string]uint64 // anchor → first seq still in a segment (cutOf)
 	// histFrom is the frontier below which a rebuild from a snapshot indexed
 	// only the snapshot's state (metaHistoryFrom); nil when every version is
 	// indexed. Set at open, read-only after.
@@ -138,7 +142,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		settleCh:        make(chan struct{}, 1),
 		stopBg:          make(chan struct{}),
 		stopApplier:     make(chan struct{}),
-		pendingIdem:     make(map[string]idemEntry),
+		pendingIdem:     make(map[string]pendingIdem),
 		cuts:            make(map[string]uint64),
 		bufferedAnchors: make(map[*anchor]struct{}),
 		opened:          time.Now(),
@@ -497,6 +501,7 @@ func (db *DB) fail(err error) error {
 	stopped := errs.Wrap(errs.CodeWriteFailed, e, "the database stopped accepting writes")
 	if db.failed.CompareAndSwap(nil, stopped) {
 		db.opts.Logger.Errorf("anchordb: %v", stopped)
+		db.vis.wake() // readers waiting for the applier wait no longer
 	}
 	return db.failed.Load()
 }

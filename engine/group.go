@@ -17,7 +17,9 @@ import (
 // The leader builds it (buildGroup); the applier applies it (applyGroup).
 type group struct {
 	db      *DB
+	id      uint64 // groups are numbered in journal order, from 1
 	reqs    []*request
+	early   bool // its callers were woken before the apply (visibility.go)
 	batch   *pebble.Batch
 	pending map[*anchor]*pendingAnchor
 	order   []*pendingAnchor // first-touch order: the order segment writes happen in
@@ -97,6 +99,7 @@ func (g *group) release() {
 	g.marks = g.marks[:0]
 	g.db, g.reqs, g.batch, g.err = nil, nil, nil, nil
 	g.records, g.duplicates, g.sync, g.end = 0, false, false, journal.Pos{}
+	g.id, g.early = 0, false
 	if cap(g.block) > 1<<20 {
 		g.block = nil
 	}
@@ -108,6 +111,8 @@ func (g *group) release() {
 // of every anchor touched. The group is then ready for the applier.
 func (db *DB) buildGroup(reqs []*request) *group {
 	g := db.newGroup(reqs)
+	db.commit.groups++
+	g.id = db.commit.groups
 	if f := db.failed.Load(); f != nil {
 		g.err = f
 		return g
@@ -164,7 +169,7 @@ func (db *DB) buildGroup(reqs []*request) *group {
 	if len(g.idem) > 0 {
 		db.idemMu.Lock()
 		for k, v := range g.idem {
-			db.pendingIdem[k] = v
+			db.pendingIdem[k] = pendingIdem{idemEntry: v, group: g.id}
 		}
 		db.idemMu.Unlock()
 	}
@@ -433,7 +438,9 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 		prior, found := g.idem[ik]
 		if !found {
 			db.idemMu.Lock()
-			prior, found = db.pendingIdem[ik]
+			var pi pendingIdem
+			pi, found = db.pendingIdem[ik]
+			prior = pi.idemEntry
 			db.idemMu.Unlock()
 		}
 		if !found {

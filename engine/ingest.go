@@ -411,5 +411,9 @@ func (db *DB) appendVerbatim(ctx context.Context, recs []segment.Record) error {
 	db.submit(req)
 	err := req.err
 	freeRequest(req)
-	return err
+	if err != nil {
+		return err
+	}
+	// The ingest reads the index next: its records must be applied.
+	return db.awaitVisible(ctx)
 }

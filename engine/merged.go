@@ -72,6 +72,10 @@ type MergedOptions struct {
 // is the caller's to keep.
 func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Positioned, error] {
 	return func(yield func(merge.Positioned, error) bool) {
+		if err := db.awaitVisible(ctx); err != nil {
+			yield(merge.Positioned{}, err)
+			return
+		}
 		f := opts.Frontier
 		if f == nil {
 			var err error
@@ -183,6 +187,9 @@ func (db *DB) MergedRoot(ctx context.Context, f merge.Frontier) (segment.Hash, u
 // delete of it in merged order among the records f contains. A key with no
 // such version, or deleted, returns ErrNotFound.
 func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version, error) {
+	if err := db.awaitVisible(ctx); err != nil {
+		return Version{}, err
+	}
 	if err := f.Validate(); err != nil {
 		return Version{}, err
 	}

@@ -57,6 +57,8 @@ type Options struct {
 
 	// MaxInFlightRecords and MaxInFlightBytes bound the appends admitted but
 	// not yet acknowledged (SPEC §8). Defaults 65,536 records and 256 MiB.
+	// Acknowledged appends the index has yet to apply have a fixed bound of
+	// their own (see DESIGN.md, "Acknowledged before applied").
 	MaxInFlightRecords int
 	MaxInFlightBytes   int64
 	// RefuseWhenFull refuses an append at once with CAP_002 when the bound is

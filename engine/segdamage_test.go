@@ -260,6 +260,11 @@ func uncleanWithSealed(t *testing.T, settled bool) (*vfs.MemFS, []ackedEntry) {
 			}
 		}
 	}
+	// The segments must hold what the journal does: wait for the applier,
+	// which writes them behind the acknowledgements.
+	if err := db.awaitVisible(ctx); err != nil {
+		t.Fatal(err)
+	}
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(3)})
 	_ = db.Close()
 	return crashed, acks.snapshot()

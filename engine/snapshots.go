@@ -37,6 +37,9 @@ func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef st
 	if err := db.writable(); err != nil && !errors.Is(err, errClosed) {
 		return snapshot.Info{}, err
 	}
+	if err := db.awaitVisible(ctx); err != nil {
+		return snapshot.Info{}, err
+	}
 	snap := db.index.NewSnapshot()
 	defer snap.Close()
 	front, err := db.frontierAt(ctx, snap)

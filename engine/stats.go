@@ -24,6 +24,10 @@ type AnchorInfo struct {
 // Anchors lists every anchor with at least one record, in byte order of id.
 func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 	return func(yield func(AnchorInfo, error) bool) {
+		if err := db.awaitVisible(ctx); err != nil {
+			yield(AnchorInfo{}, err)
+			return
+		}
 		ids, err := db.anchorIDs()
 		if err != nil {
 			yield(AnchorInfo{}, err)
@@ -48,6 +52,9 @@ func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 
 // AnchorInfo returns one anchor's head; ok is false when it has no records.
 func (db *DB) AnchorInfo(id string) (AnchorInfo, bool, error) {
+	if err := db.awaitVisible(context.Background()); err != nil {
+		return AnchorInfo{}, false, err
+	}
 	a, err := db.getAnchor(id, false)
 	if err != nil || a == nil {
 		return AnchorInfo{}, false, err
@@ -101,6 +108,9 @@ type Stats struct {
 // Stats counts anchors, records and bytes. It walks the segment directories,
 // so it costs a directory listing per anchor.
 func (db *DB) Stats(ctx context.Context) (Stats, error) {
+	if err := db.awaitVisible(ctx); err != nil {
+		return Stats{}, err
+	}
 	// Count segment bytes still in the write buffers as written.
 	if err := db.flushAllBuffers(); err != nil {
 		return Stats{}, err

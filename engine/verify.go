@@ -121,6 +121,9 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if db.closed.Load() {
 		return VerifyReport{}, errClosed
 	}
+	if err := db.awaitVisible(ctx); err != nil {
+		return VerifyReport{}, err
+	}
 	v := &verifier{db: db, opts: opts, parent: ctx, seeds: newDigestSeeds()}
 	v.ctx, v.cancel = context.WithCancel(ctx)
 	defer v.cancel()

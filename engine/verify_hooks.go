@@ -15,13 +15,16 @@ import (
 //  1. a group's segment bytes reach the anchor's buffer (or its file),
 //  2. its index batch is applied,
 //  3. its anchors' visible heads and trees are published under a.mu,
-//  4. its appends leave admission.
+//  4. the applied group id advances (visibility.go),
+//  5. its appends leave admission — unless the group was acknowledged early,
+//     when they left it before step 1, after the acknowledged id was raised.
 //
 // So a visible head captured before a Pebble snapshot is covered by the
 // snapshot's rows; every row of the snapshot has its frame in the file once
 // the anchor's buffer has been flushed after the snapshot; and frames past
 // the snapshot's rows belong to appends still in flight, unless admission is
-// empty and the published head does not cover them.
+// empty, every acknowledged group is applied, and the published head does
+// not cover them.
 
 // anchorView is an anchor's published state at one moment.
 type anchorView struct {
@@ -77,11 +80,15 @@ func (db *DB) flushSegmentBytes(a *anchor) error {
 }
 
 // appendsInFlight reports whether any append has been admitted and not yet
-// acknowledged: while none is, the published heads cover every frame in the
-// segment files.
+// applied: while none is, the published heads cover every frame in the
+// segment files. Admission is read first: an append acknowledged early
+// raised the acknowledged id before it left admission, so either it is
+// counted there or the ids show its group unapplied.
 func (db *DB) appendsInFlight() bool {
-	n, _ := db.adm.inFlight()
-	return n > 0
+	if n, _ := db.adm.inFlight(); n > 0 {
+		return true
+	}
+	return db.vis.applied.Load() < db.vis.acked.Load()
 }
 
 // loadedAnchor returns the anchor's state, loading it from the index if

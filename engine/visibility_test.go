@@ -1,0 +1,228 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// heldApplier opens a database whose applier stops before each round of
+// groups until the test lets it go. Appends are acknowledged while it is
+// held, so everything a reader sees must come from the wait in
+// awaitVisible.
+func heldApplier(t *testing.T) (db *DB, release func()) {
+	t.Helper()
+	db = mustOpen(t, vfs.NewMem(), Options{})
+	gate := make(chan struct{})
+	db.testBeforeApply = func() { <-gate }
+	released := false
+	release = func() {
+		if !released {
+			released = true
+			close(gate)
+		}
+	}
+	t.Cleanup(func() {
+		release()
+		_ = db.Close()
+	})
+	return db, release
+}
+
+// TestAcknowledgedBeforeApplied: a durable append returns once its journal
+// block is fsynced, before the index holds it, and a read that starts after
+// it returns waits for the applier and then sees it.
+func TestAcknowledgedBeforeApplied(t *testing.T) {
+	ctx := context.Background()
+	db, release := heldApplier(t)
+
+	acked := make(chan Receipt, 1)
+	go func() {
+		r, err := db.Put(ctx, "a", []byte("k"), []byte("v1"))
+		if err != nil {
+			t.Error(err)
+		}
+		acked <- r
+	}()
+	var r Receipt
+	select {
+	case r = <-acked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a durable Put did not return while the applier was held: it waited for the apply")
+	}
+	if r.Seq != 1 {
+		t.Fatalf("receipt %+v, want seq 1", r)
+	}
+	if got := db.vis.applied.Load(); got >= db.vis.acked.Load() {
+		t.Fatalf("applied %d, acknowledged %d: the append was applied while the applier was held", got, db.vis.acked.Load())
+	}
+
+	// Reads started now wait for the applier, whatever they read.
+	reads := map[string]func(context.Context) error{
+		"Get": func(ctx context.Context) error {
+			v, err := db.Get(ctx, []byte("k"))
+			if err == nil && !bytes.Equal(v.Value, []byte("v1")) {
+				err = fmt.Errorf("value %q", v.Value)
+			}
+			return err
+		},
+		"Record": func(ctx context.Context) error {
+			rec, err := db.Record(ctx, "a", 1)
+			if err == nil && rec.Hash != r.Hash {
+				err = errors.New("another record")
+			}
+			return err
+		},
+		"Scan": func(ctx context.Context) error {
+			n := 0
+			for _, err := range db.Scan(ctx, nil) {
+				if err != nil {
+					return err
+				}
+				n++
+			}
+			if n != 1 {
+				return fmt.Errorf("%d keys", n)
+			}
+			return nil
+		},
+		"Log": func(ctx context.Context) error {
+			n := 0
+			for _, err := range db.Log(ctx, "a", 1, 0) {
+				if err != nil {
+					return err
+				}
+				n++
+			}
+			if n != 1 {
+				return fmt.Errorf("%d records", n)
+			}
+			return nil
+		},
+		"AnchorInfo": func(context.Context) error {
+			info, ok, err := db.AnchorInfo("a")
+			if err == nil && (!ok || info.Records != 1) {
+				err = fmt.Errorf("anchor info %+v, found %v", info, ok)
+			}
+			return err
+		},
+		"ProveInclusion": func(ctx context.Context) error {
+			_, err := db.ProveInclusion(ctx, "a", 1, 1)
+			return err
+		},
+	}
+	// A read whose context ends while it waits says so.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := reads["Get"](short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Get with the applier held and a 20ms deadline: %v, want the deadline", err)
+	}
+
+	done := make(map[string]chan error)
+	for name, read := range reads {
+		ch := make(chan error, 1)
+		done[name] = ch
+		go func() { ch <- read(ctx) }()
+	}
+	time.Sleep(50 * time.Millisecond)
+	for name, ch := range done {
+		select {
+		case err := <-ch:
+			t.Fatalf("%s returned (%v) while the append it follows was not applied", name, err)
+		default:
+		}
+	}
+	release()
+	for name, ch := range done {
+		if err := <-ch; err != nil {
+			t.Errorf("%s after the apply: %v", name, err)
+		}
+	}
+}
+
+// TestRetryOfAcknowledgedAppend: an idempotency key acknowledged but not yet
+// applied is committed. A retry is answered as a duplicate at once and the
+// same key with another payload is STATE_002, as if the index held it.
+func TestRetryOfAcknowledgedAppend(t *testing.T) {
+	ctx := context.Background()
+	db, release := heldApplier(t)
+	e := Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-1")}
+	first, err := db.Append(ctx, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := db.Append(ctx, e)
+	if err != nil || !again.Duplicate || again.Seq != first.Seq || again.Hash != first.Hash {
+		t.Fatalf("retry while unapplied: %+v, %v; want a duplicate of %+v", again, err, first)
+	}
+	other := e
+	other.Value = []byte("w")
+	if _, err := db.Append(ctx, other); errs.CodeOf(err) != errs.CodeConflict {
+		t.Fatalf("same key, other payload, while unapplied: %v, want STATE_002", err)
+	}
+	release()
+	if v, err := db.Get(ctx, []byte("k")); err != nil || string(v.Value) != "v" {
+		t.Fatalf("after the apply: %+v, %v", v, err)
+	}
+}
+
+// TestEarlyAcknowledgementIsBounded: with the applier held, appends are
+// acknowledged early only up to maxEarlyRecords; past that, callers wait
+// for the apply, so a slow index cannot grow the backlog without bound.
+func TestEarlyAcknowledgementIsBounded(t *testing.T) {
+	ctx := context.Background()
+	db, release := heldApplier(t)
+	const batch = 1000
+	entries := func(i int) []Entry {
+		es := make([]Entry, batch)
+		for j := range es {
+			es[j] = Entry{Anchor: "a", Type: segment.TypePut, Key: []byte(fmt.Sprintf("k%d-%d", i, j)), Value: []byte("v")}
+		}
+		return es
+	}
+	returned := make(chan int, 64)
+	total := maxEarlyRecords/batch + 4
+	go func() {
+		for i := 0; i < total; i++ {
+			if _, err := db.AppendBatch(ctx, entries(i)); err != nil {
+				t.Error(err)
+			}
+			returned <- i
+		}
+	}()
+	// Every batch that fits the bound returns with the applier held.
+	fit := maxEarlyRecords / batch
+	for i := 0; i < fit; i++ {
+		select {
+		case <-returned:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("batch %d of %d records did not return with %d records acknowledged early (bound %d)", i, batch, i*batch, maxEarlyRecords)
+		}
+	}
+	select {
+	case i := <-returned:
+		t.Fatalf("batch %d returned with the applier held and %d records acknowledged early (bound %d)", i, (i+1)*batch, maxEarlyRecords)
+	case <-time.After(100 * time.Millisecond):
+	}
+	release()
+	for i := fit; i < total; i++ {
+		<-returned
+	}
+	n := 0
+	for _, err := range db.Scan(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != total*batch {
+		t.Fatalf("%d keys after the apply, want %d", n, total*batch)
+	}
+}
