@@ -527,6 +527,8 @@ func (db *DB) Close() error {
 	}
 	close(db.stopApplier)
 	db.bg.Wait()
+	db.vis.stopped.Store(true)
+	db.vis.wake() // a read still waiting for the applier waits no longer
 	err = errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
 		ioErr(db.files.close(), "close segments"), ioErr(db.lock.Close(), "release lock"))
 	return err

@@ -32,8 +32,10 @@ type visibility struct {
 	acked   atomic.Uint64 // the last group whose callers were woken before its apply
 	applied atomic.Uint64 // the last group applied to the index
 
+	stopped atomic.Bool // the applier has ended (Close): nothing more will be applied
+
 	mu      sync.Mutex
-	changed chan struct{} // closed when applied advances or the database fails; nil with no waiter
+	changed chan struct{} // closed when applied advances, the database fails or the applier ends; nil with no waiter
 }
 
 const (
@@ -77,8 +79,11 @@ func (db *DB) awaitVisible(ctx context.Context) error {
 		if f := db.failed.Load(); f != nil {
 			return f
 		}
+		if v.stopped.Load() {
+			return errClosed
+		}
 		v.mu.Lock()
-		if v.applied.Load() >= target || db.failed.Load() != nil {
+		if v.applied.Load() >= target || db.failed.Load() != nil || v.stopped.Load() {
 			v.mu.Unlock()
 			continue
 		}
