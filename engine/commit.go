@@ -239,6 +239,12 @@ func (ap *applier) runSyncer(db *DB) {
 // acknowledged id is published before any caller wakes, so a read that
 // follows an append waits for it.
 func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
+	if db.failed.Load() != nil {
+		// A journal fsync failed: the file may have lost pages below these
+		// groups' blocks although their own fsync succeeded (Linux drops
+		// the dirty pages of a failed fdatasync). The applier fails them.
+		return nil
+	}
 	var early [][]*request
 	for _, g := range groups {
 		if g.err != nil || len(g.marks) > 0 ||

@@ -84,6 +84,11 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	if err := db.writable(); err != nil {
 		return rep, err
 	}
+	// Our heads decide what continues them: every append acknowledged so far
+	// must be in them.
+	if err := db.awaitVisible(ctx); err != nil {
+		return rep, err
+	}
 	// Only another database is a source: checked before its lock, so a
 	// mistyped path gets no LOCK file of ours.
 	if _, err := db.fs.Stat(db.fs.PathJoin(from, IDFile)); err != nil {
@@ -116,7 +121,7 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		if err := db.scanSource(ctx, s, 0, nil); err != nil {
 			return rep, err
 		}
-		info, _, err := db.AnchorInfo(s.id)
+		info, _, err := db.anchorInfo(s.id)
 		if err != nil {
 			return rep, err
 		}

@@ -37,7 +37,7 @@ func (db *DB) checkFrontier(f merge.Frontier) error {
 		return err
 	}
 	for _, id := range f.Anchors() {
-		info, ok, err := db.AnchorInfo(id)
+		info, ok, err := db.anchorInfo(id) // callers waited for visibility
 		if err != nil {
 			return err
 		}

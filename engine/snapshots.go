@@ -186,6 +186,9 @@ type SnapshotVerification struct {
 // memory does not grow with the state.
 func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerification, error) {
 	var out SnapshotVerification
+	if err := db.awaitVisible(ctx); err != nil {
+		return out, err
+	}
 	info, err := snapshot.Verify(db.fs, path)
 	out.Info = info
 	if err != nil {

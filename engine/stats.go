@@ -38,7 +38,7 @@ func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 				yield(AnchorInfo{}, err)
 				return
 			}
-			info, ok, err := db.AnchorInfo(id)
+			info, ok, err := db.anchorInfo(id)
 			if err != nil {
 				yield(AnchorInfo{}, err)
 				return
@@ -51,10 +51,19 @@ func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 }
 
 // AnchorInfo returns one anchor's head; ok is false when it has no records.
+// Like every read it first waits for the appends acknowledged before it to
+// be applied, a wait the applier always ends (by applying them, failing, or
+// stopping at Close).
 func (db *DB) AnchorInfo(id string) (AnchorInfo, bool, error) {
 	if err := db.awaitVisible(context.Background()); err != nil {
 		return AnchorInfo{}, false, err
 	}
+	return db.anchorInfo(id)
+}
+
+// anchorInfo is AnchorInfo for callers that have waited for visibility
+// themselves, with their own context.
+func (db *DB) anchorInfo(id string) (AnchorInfo, bool, error) {
 	a, err := db.getAnchor(id, false)
 	if err != nil || a == nil {
 		return AnchorInfo{}, false, err

@@ -141,8 +141,9 @@ type Writer struct {
 	// written is how much of the current file has been written; a SyncTo
 	// covers no more than that, never bytes another flush still holds.
 	written int64
-	// failed is the first failed write. The bytes it dropped may be ones a
-	// later SyncTo covers, so from then on every write and sync fails: the
+	// failed is the first failed write or fsync. The bytes a failed write
+	// dropped, or the pages a failed fsync let the kernel drop, may be ones
+	// a later SyncTo covers, so from then on every write and sync fails: the
 	// journal never calls durable what is in no file.
 	failed error
 	// writeMu orders writes of pending bytes to the file.
@@ -376,11 +377,11 @@ func (w *Writer) SyncTo(p Pos) error {
 	}
 	if old != nil {
 		if err := old.file.SyncData(); err != nil {
-			return fmt.Errorf("fsync journal %s: %w", FileName(old.gen), err)
+			return w.syncFailed(fmt.Errorf("fsync journal %s: %w", FileName(old.gen), err))
 		}
 	}
 	if err := f.SyncData(); err != nil {
-		return fmt.Errorf("fsync journal %s: %w", FileName(target.Gen), err)
+		return w.syncFailed(fmt.Errorf("fsync journal %s: %w", FileName(target.Gen), err))
 	}
 	w.mu.Lock()
 	if w.synced.Less(target) {
@@ -392,6 +393,19 @@ func (w *Writer) SyncTo(p Pos) error {
 	}
 	w.mu.Unlock()
 	return nil
+}
+
+// syncFailed records a failed fsync as the writer's failure and returns
+// it. After a failed fdatasync the kernel may have dropped the dirty pages
+// it covered, and a later fsync can succeed without them: nothing written
+// may be reported durable from then on.
+func (w *Writer) syncFailed(err error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failed == nil {
+		w.failed = err
+	}
+	return err
 }
 
 // Sync makes everything appended so far durable.
@@ -420,7 +434,11 @@ func (w *Writer) Rotate() (Pos, error) {
 		// Never synced since the last rotation: sync it now, in order.
 		if err := w.old.file.SyncData(); err != nil {
 			_ = f.Close()
-			return Pos{}, fmt.Errorf("fsync journal %s: %w", FileName(w.old.gen), err)
+			err = fmt.Errorf("fsync journal %s: %w", FileName(w.old.gen), err)
+			if w.failed == nil {
+				w.failed = err
+			}
+			return Pos{}, err
 		}
 		_ = w.old.file.Close()
 	}

@@ -376,3 +376,64 @@ func TestFailedWriteIsNeverSynced(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedSyncIsNeverRetried: after a failed fdatasync the kernel may have
+// dropped the pages it covered, so a later fsync that succeeds proves
+// nothing about them. Every later SyncTo, Sync, Append and Rotate fails
+// with the first failure, whether the fsync failed in SyncTo or in a
+// Rotate syncing the previous file.
+func TestFailedSyncIsNeverRetried(t *testing.T) {
+	for _, name := range []string{"syncto", "rotate"} {
+		t.Run(name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			_ = mem.MkdirAll("j", 0o755)
+			var fail atomic.Bool
+			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if op.Kind == errorfs.OpFileSyncData && fail.Load() {
+					return errors.New("injected: fdatasync failed")
+				}
+				return nil
+			}))
+			w, err := Create(fs, "j", 1, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			first, err := w.Append(block(1, []byte("written and synced")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.SyncTo(first); err != nil {
+				t.Fatal(err)
+			}
+			lost, err := w.Append(block(1, []byte("its fsync fails")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fail.Store(true)
+			if name == "rotate" {
+				// The first Rotate leaves the file unsynced as the old one; the
+				// second must sync it, and that fails.
+				if _, err := w.Rotate(); err != nil {
+					t.Fatal(err)
+				}
+				_, err = w.Rotate()
+			} else {
+				err = w.SyncTo(lost)
+			}
+			if err == nil {
+				t.Fatal("the failed fsync was not reported")
+			}
+			fail.Store(false)
+			if err := w.SyncTo(lost); err == nil {
+				t.Fatal("SyncTo succeeded after a failed fsync")
+			}
+			if err := w.Sync(); err == nil {
+				t.Fatal("Sync succeeded after a failed fsync")
+			}
+			if _, err := w.Append(block(1, []byte("after"))); err == nil {
+				t.Fatal("Append succeeded after a failed fsync")
+			}
+		})
+	}
+}
