@@ -20,8 +20,9 @@ import (
 // The rest happens in order, group after group: one fdatasync of the
 // journal covering every waiting group, after which the syncer wakes their
 // callers (visibility.go), then in the applier for each group its segment
-// writes (one per anchor) and its index batch. A NoSync group with nothing ahead of it is applied by its own
-// leader at once, so a single writer never switches goroutines.
+// writes (one per anchor) and its index batch. A NoSync group with nothing
+// ahead of it is applied by its own leader at once, so a single writer never
+// switches goroutines.
 //
 // 1,000 anchors written by 64 goroutines cost one fdatasync per group, not
 // one per anchor (SPEC §3): segment files are fsynced later, when settled.
@@ -240,9 +241,10 @@ func (ap *applier) runSyncer(db *DB) {
 // follows an append waits for it.
 func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
 	if db.failed.Load() != nil {
-		// A journal fsync failed: the file may have lost pages below these
-		// groups' blocks although their own fsync succeeded (Linux drops
-		// the dirty pages of a failed fdatasync). The applier fails them.
+		// After a failed journal fsync the file may have lost pages below
+		// these groups' blocks although their own fsync succeeded (Linux
+		// drops the dirty pages of a failed fdatasync). Whatever failed,
+		// the applier fails them and their callers hear it.
 		return nil
 	}
 	var early [][]*request
