@@ -44,14 +44,10 @@ const (
 )
 
 // advance records that every group up to id is applied and wakes the
-// readers waiting for it.
+// readers waiting for it. Only the applier calls it, in journal order, so
+// the id never goes back.
 func (v *visibility) advance(id uint64) {
-	for {
-		cur := v.applied.Load()
-		if id <= cur || v.applied.CompareAndSwap(cur, id) {
-			break
-		}
-	}
+	v.applied.Store(id)
 	v.wake()
 }
 

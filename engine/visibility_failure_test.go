@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,39 +13,6 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
-
-// applierHold holds the applier before its next round, as often as asked
-// (heldApplier holds only the first round).
-type applierHold struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (h *applierHold) hold() {
-	h.mu.Lock()
-	if h.ch == nil {
-		h.ch = make(chan struct{})
-	}
-	h.mu.Unlock()
-}
-
-func (h *applierHold) release() {
-	h.mu.Lock()
-	if h.ch != nil {
-		close(h.ch)
-		h.ch = nil
-	}
-	h.mu.Unlock()
-}
-
-func (h *applierHold) wait() {
-	h.mu.Lock()
-	c := h.ch
-	h.mu.Unlock()
-	if c != nil {
-		<-c
-	}
-}
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -65,9 +31,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // (They used to call AnchorInfo per anchor, which waits without one.)
 func TestAnchorsHonoursContextWhileWaiting(t *testing.T) {
 	ctx := context.Background()
-	h := &applierHold{}
 	db := mustOpen(t, vfs.NewMem(), Options{})
-	db.testBeforeApply = h.wait
+	h := holdApplier(db)
 	defer func() { h.release(); _ = db.Close() }()
 	for _, a := range []string{"a", "b", "c"} {
 		if _, err := db.Put(ctx, a, []byte("k"+a), []byte("v")); err != nil {
@@ -138,12 +103,11 @@ func TestVerifySnapshotWaitsForApplier(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h := &applierHold{}
 	dst, err := Open("dst", Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst.testBeforeApply = h.wait
+	h := holdApplier(dst)
 	defer func() { h.release(); _ = dst.Close() }()
 	if _, err := dst.Append(ctx, entries[0]); err != nil {
 		t.Fatal(err)
@@ -183,9 +147,8 @@ func TestVerifySnapshotWaitsForApplier(t *testing.T) {
 func TestAckedUnappliedSurvivesFailedClose(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
-	h := &applierHold{}
 	db := mustOpen(t, mem, Options{})
-	db.testBeforeApply = h.wait
+	h := holdApplier(db)
 	h.hold()
 	r, err := db.Put(ctx, "a", []byte("k"), []byte("v"))
 	if err != nil {
@@ -210,9 +173,8 @@ func TestAckedUnappliedSurvivesFailedClose(t *testing.T) {
 func TestCloseAppliesAckedBacklog(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
-	h := &applierHold{}
 	db := mustOpen(t, mem, Options{})
-	db.testBeforeApply = h.wait
+	h := holdApplier(db)
 	h.hold()
 	var rs []Receipt
 	for i := 0; i < 5; i++ {

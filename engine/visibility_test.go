@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,27 +14,60 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// heldApplier opens a database whose applier stops before each round of
-// groups until the test lets it go. Appends are acknowledged while it is
+// applierHold stops the applier before its next round of groups, as often
+// as a test asks: hold, then release. Appends are acknowledged while it is
 // held, so everything a reader sees must come from the wait in
 // awaitVisible.
+type applierHold struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// holdApplier installs an applierHold, released, in db's applier.
+func holdApplier(db *DB) *applierHold {
+	h := &applierHold{}
+	db.testBeforeApply = h.wait
+	return h
+}
+
+func (h *applierHold) hold() {
+	h.mu.Lock()
+	if h.ch == nil {
+		h.ch = make(chan struct{})
+	}
+	h.mu.Unlock()
+}
+
+func (h *applierHold) release() {
+	h.mu.Lock()
+	if h.ch != nil {
+		close(h.ch)
+		h.ch = nil
+	}
+	h.mu.Unlock()
+}
+
+func (h *applierHold) wait() {
+	h.mu.Lock()
+	c := h.ch
+	h.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+}
+
+// heldApplier opens a database whose applier is held from the start, and
+// releases and closes it when the test ends.
 func heldApplier(t *testing.T) (db *DB, release func()) {
 	t.Helper()
 	db = mustOpen(t, vfs.NewMem(), Options{})
-	gate := make(chan struct{})
-	db.testBeforeApply = func() { <-gate }
-	released := false
-	release = func() {
-		if !released {
-			released = true
-			close(gate)
-		}
-	}
+	h := holdApplier(db)
+	h.hold()
 	t.Cleanup(func() {
-		release()
+		h.release()
 		_ = db.Close()
 	})
-	return db, release
+	return db, h.release
 }
 
 // TestAcknowledgedBeforeApplied: a durable append returns once its journal
