@@ -105,8 +105,11 @@ type DB struct {
 	// histFrom is the frontier below which a rebuild from a snapshot indexed
 	// only the snapshot's state (metaHistoryFrom); nil when every version is
 	// indexed. Set at open, read-only after.
-	histFrom  map[string]uint64
-	settleMu  sync.Mutex // one settle at a time
+	histFrom map[string]uint64
+	settleMu sync.Mutex // one settle at a time
+	// segIO is held shared by every segment write and seal, and exclusively
+	// by a settle checking, after its fsyncs, that none of them failed.
+	segIO     sync.RWMutex
 	compactMu sync.Mutex // one compaction at a time
 
 	recoveryMu sync.Mutex

@@ -86,7 +86,12 @@ const withSync = true
 
 // flushBufferLocked writes the anchor's buffer to its segment file. With
 // sync it also fsyncs the file and closes it (a seal).
-func (db *DB) flushBufferLocked(a *anchor, sync ...bool) error {
+//
+// Every failure stops the database before segIO is released: a settle that
+// fsyncs the same file afterwards and succeeds proves nothing about the
+// pages this write or fsync lost (settle.go), so it checks for the failure
+// under segIO.
+func (db *DB) flushBufferLocked(a *anchor, sync ...bool) (err error) {
 	sb := &a.wbuf
 	if len(sb.buf) == 0 {
 		return nil
@@ -94,6 +99,13 @@ func (db *DB) flushBufferLocked(a *anchor, sync ...bool) error {
 	if sb.failed != nil {
 		return sb.failed
 	}
+	db.segIO.RLock()
+	defer db.segIO.RUnlock()
+	defer func() {
+		if err != nil {
+			err = db.fail(err)
+		}
+	}()
 	seal := len(sync) > 0 && sync[0]
 	path := db.segmentPath(a, sb.segno)
 	if sb.create {

@@ -88,6 +88,19 @@ func (db *DB) settle() error {
 		// holds their frames and writes have stopped: recovery covers them.
 		return db.fail(err)
 	}
+	// Our fsyncs succeeding does not make the files durable if a write or
+	// fsync of one of them failed before them: the kernel may have dropped
+	// those pages and reports that once, to the failed call (fsyncgate).
+	// Every such failure stops the database before it releases segIO, so
+	// waiting for segIO here sees it; one that begins after ours ended
+	// loses only pages written after the settle point, which the journal
+	// keeps.
+	db.segIO.Lock()
+	failed := db.failed.Load()
+	db.segIO.Unlock()
+	if failed != nil {
+		return failed
+	}
 	if err := db.recordSettled(m.at); err != nil {
 		return err
 	}
