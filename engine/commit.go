@@ -20,9 +20,9 @@ import (
 // The rest happens in order, group after group: one fdatasync of the
 // journal covering every waiting group, after which the syncer wakes their
 // callers (visibility.go), then in the applier for each group its segment
-// writes (one per anchor) and its index batch. A NoSync group with nothing
-// ahead of it is applied by its own leader at once, so a single writer never
-// switches goroutines.
+// writes (one per anchor) and its index batch. A NoSync group needs no
+// fsync: with no durable group ahead of it, its leader acknowledges it at
+// once and the applier applies it behind (handOff).
 //
 // 1,000 anchors written by 64 goroutines cost one fdatasync per group, not
 // one per anchor (SPEC §3): segment files are fsynced later, when settled.
@@ -94,7 +94,7 @@ func (db *DB) lead(self *request) {
 	c.mu.Unlock()
 
 	g := db.buildGroup(reqs)
-	inline := db.applier.tryInline(db, g)
+	outcome, acked := db.applier.handOff(db, g)
 
 	// Hand leadership to the oldest queued request, if any.
 	c.mu.Lock()
@@ -107,11 +107,19 @@ func (db *DB) lead(self *request) {
 	}
 	c.mu.Unlock()
 
-	if inline {
+	switch outcome {
+	case appliedInline:
 		db.complete(g, self)
 		return
+	case acknowledgedEarly:
+		for _, r := range acked {
+			if r != self {
+				r.wake <- struct{}{}
+			}
+		}
+		return
 	}
-	<-self.wake // the applier completes the group
+	<-self.wake // the syncer or the applier completes the group
 }
 
 // complete hands each request of an applied group its outcome and wakes its
@@ -143,6 +151,7 @@ func (db *DB) complete(g *group, skip *request) {
 type applier struct {
 	mu         sync.Mutex
 	queue      []*group // written, waiting for the syncer
+	syncing    int      // groups the syncer has taken from queue and not yet passed on
 	synced     []*group // synced, waiting for the applier
 	inFlight   int      // groups queued or being applied
 	earlyBytes int      // acknowledged, not yet applied (visibility.go): journal bytes ...
@@ -156,25 +165,51 @@ func (ap *applier) init() {
 	ap.ready = make(chan struct{}, 1)
 }
 
-// tryInline applies g at once when it needs no fsync and nothing is ahead of
-// it; otherwise it queues g for the syncer. It reports whether g was applied
-// inline.
-func (ap *applier) tryInline(db *DB, g *group) bool {
+// handOffOutcome says what became of a group the leader handed off.
+type handOffOutcome int
+
+const (
+	queued            handOffOutcome = iota // for the syncer: the leader's caller waits
+	appliedInline                           // applied by the leader: it completes the group
+	acknowledgedEarly                       // written, applied behind: the leader wakes its callers
+)
+
+// handOff takes a group its leader has written to the journal. A NoSync
+// group is complete once written (its write has reached the OS, SPEC §3):
+// with no durable group ahead of it in the syncer, it is acknowledged at
+// once and applied behind, like a synced group, so a writer's next group is
+// built while the index takes this one; the group's requests are returned
+// for the leader to wake. Past the backlog bound it is applied by its
+// leader when nothing is ahead of it, so a lone writer never switches
+// goroutines. Anything else goes to the syncer.
+func (ap *applier) handOff(db *DB, g *group) (handOffOutcome, []*request) {
 	ap.mu.Lock()
-	if !g.sync && ap.inFlight == 0 {
-		ap.inFlight++
-		ap.mu.Unlock()
-		db.applyGroup(g)
-		ap.mu.Lock()
-		ap.inFlight--
-		ap.mu.Unlock()
-		return true
+	if !g.sync && len(ap.queue) == 0 && ap.syncing == 0 {
+		// Every group ahead of g is synced (in ap.synced or applied), so
+		// the acknowledged id may pass them.
+		if db.failed.Load() == nil && ap.ackEarly(db, g) {
+			reqs := g.reqs // the applier may release g once it is unlocked
+			ap.synced = append(ap.synced, g)
+			ap.inFlight++
+			ap.mu.Unlock()
+			notify(ap.ready)
+			return acknowledgedEarly, reqs
+		}
+		if ap.inFlight == 0 {
+			ap.inFlight++
+			ap.mu.Unlock()
+			db.applyGroup(g)
+			ap.mu.Lock()
+			ap.inFlight--
+			ap.mu.Unlock()
+			return appliedInline, nil
+		}
 	}
 	ap.queue = append(ap.queue, g)
 	ap.inFlight++
 	ap.mu.Unlock()
 	notify(ap.signal)
-	return false
+	return queued, nil
 }
 
 func notify(c chan struct{}) {
@@ -197,6 +232,7 @@ func (ap *applier) runSyncer(db *DB) {
 			ap.mu.Lock()
 			groups := ap.queue
 			ap.queue = nil
+			ap.syncing = len(groups)
 			ap.mu.Unlock()
 			if len(groups) == 0 {
 				break
@@ -220,6 +256,7 @@ func (ap *applier) runSyncer(db *DB) {
 			}
 			ap.mu.Lock()
 			ap.synced = append(ap.synced, groups...)
+			ap.syncing = 0
 			early := ap.acknowledge(db, groups)
 			ap.mu.Unlock()
 			notify(ap.ready)
@@ -249,17 +286,27 @@ func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
 	}
 	var early [][]*request
 	for _, g := range groups {
-		if g.err != nil || len(g.marks) > 0 ||
-			ap.earlyRecs+g.records > maxEarlyRecords || ap.earlyBytes+len(g.block) > maxEarlyBytes {
+		if !ap.ackEarly(db, g) {
 			break // in journal order: nothing after a group left to the applier
 		}
-		g.early = true
-		ap.earlyRecs += g.records
-		ap.earlyBytes += len(g.block)
-		db.vis.acked.Store(g.id)
 		early = append(early, g.reqs)
 	}
 	return early
+}
+
+// ackEarly marks g, written and (if durable) synced, as acknowledged before
+// its apply, unless it must be completed by the applier: it failed, it
+// carries settle marks, or the backlog is full. It runs under ap.mu.
+func (ap *applier) ackEarly(db *DB, g *group) bool {
+	if g.err != nil || len(g.marks) > 0 ||
+		ap.earlyRecs+g.records > maxEarlyRecords || ap.earlyBytes+len(g.block) > maxEarlyBytes {
+		return false
+	}
+	g.early = true
+	ap.earlyRecs += g.records
+	ap.earlyBytes += len(g.block)
+	db.vis.acked.Store(g.id)
+	return true
 }
 
 // runApplier is the applier goroutine.

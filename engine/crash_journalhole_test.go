@@ -96,6 +96,11 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 		if _, err := db.Append(ctx, e); err != nil {
 			t.Fatal(err)
 		}
+		// The head is the applier's: a NoSync append is acknowledged
+		// before it is applied.
+		if err := db.awaitVisible(ctx); err != nil {
+			t.Fatal(err)
+		}
 		db.anchorsMu.RLock()
 		a := db.anchors[an]
 		db.anchorsMu.RUnlock()

@@ -14,7 +14,8 @@ import (
 // segment buffers follows in the applier. Waiting for that apply before
 // waking the caller put a Pebble commit on every append's critical path, so
 // the syncer wakes a group's callers as soon as the fsync returns and the
-// applier catches up behind it.
+// applier catches up behind it. A NoSync group is complete once its block is
+// written, so its leader acknowledges it the same way (commit.go, handOff).
 //
 // Reads stay linearizable: every read waits, before it looks at the index or
 // a head, until every group acknowledged when it started is applied. A read

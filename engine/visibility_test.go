@@ -260,3 +260,74 @@ func TestEarlyAcknowledgementIsBounded(t *testing.T) {
 		t.Fatalf("%d keys after the apply, want %d", n, total*batch)
 	}
 }
+
+// TestNoSyncAcknowledgedBeforeApplied: a NoSync append returns once its
+// journal block is written, before the index holds it, even from a lone
+// writer with nothing else in flight; a read that follows waits for the
+// apply. Past the backlog bound a NoSync caller waits too.
+func TestNoSyncAcknowledgedBeforeApplied(t *testing.T) {
+	ctx := context.Background()
+	db, release := heldApplier(t)
+
+	put := func(i int) <-chan error {
+		ch := make(chan error, 1)
+		go func() {
+			_, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%d", i)), []byte("v"), WithNoSync(true))
+			ch <- err
+		}()
+		return ch
+	}
+	// One record at a time, so the bound is reached record by record.
+	for i := 0; i < maxEarlyRecords; i++ {
+		select {
+		case err := <-put(i):
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("NoSync Put %d did not return with the applier held and %d records acknowledged early", i, i)
+		}
+		if i == 0 {
+			if got := db.vis.applied.Load(); got >= db.vis.acked.Load() {
+				t.Fatalf("applied %d, acknowledged %d: the first NoSync append was applied while the applier was held", got, db.vis.acked.Load())
+			}
+		}
+	}
+	// The backlog is full: the next caller waits for the apply.
+	over := put(maxEarlyRecords)
+	select {
+	case err := <-over:
+		t.Fatalf("NoSync Put past the bound returned (%v) with the applier held", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	read := make(chan error, 1)
+	go func() {
+		v, err := db.Get(ctx, []byte("k0"))
+		if err == nil && string(v.Value) != "v" {
+			err = fmt.Errorf("value %q", v.Value)
+		}
+		read <- err
+	}()
+	select {
+	case err := <-read:
+		t.Fatalf("Get returned (%v) while the NoSync append it follows was not applied", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := <-over; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-read; err != nil {
+		t.Fatalf("Get after the apply: %v", err)
+	}
+	n := 0
+	for _, err := range db.Scan(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != maxEarlyRecords+1 {
+		t.Fatalf("%d keys after the apply, want %d", n, maxEarlyRecords+1)
+	}
+}
