@@ -107,6 +107,9 @@ type DB struct {
 	// indexed. Set at open, read-only after.
 	histFrom map[string]uint64
 	settleMu sync.Mutex // one settle at a time
+	// mergeBatch is the applier's: the index batches of groups applied
+	// together are merged into it (applyGroups).
+	mergeBatch *pebble.Batch
 	// segIO is held shared by every segment write and seal, and exclusively
 	// by a settle checking, after its fsyncs, that none of them failed.
 	segIO     sync.RWMutex

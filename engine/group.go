@@ -214,8 +214,23 @@ func (db *DB) applyGroups(groups []*group) {
 		case merged == nil:
 			merged = g.batch
 		default:
+			if merged != db.mergeBatch {
+				// Copied into a batch kept from round to round: growing the
+				// first group's batch reallocated it several times a round.
+				if db.mergeBatch == nil {
+					db.mergeBatch = db.index.NewBatch(pebble.WithMaxRetainedSizeBytes(mergeBatchRetained))
+				}
+				_ = db.mergeBatch.Apply(merged, nil)
+				merged = db.mergeBatch
+			}
 			_ = merged.Apply(g.batch, nil)
 		}
+	}
+	if merged != nil && merged == db.mergeBatch {
+		// Reset keeps the buffer up to mergeBatchRetained. Pebble clears
+		// the data of a batch it keeps as a memtable of its own (past half
+		// the memtable), so this one is never reset under it.
+		defer merged.Reset()
 	}
 	if merged != nil {
 		// Raised before the rows reach the memtable: a flush that starts
@@ -243,6 +258,10 @@ func (db *DB) applyGroups(groups []*group) {
 		}
 	}
 }
+
+// mergeBatchRetained bounds the buffer the applier keeps for merging the
+// index batches of the groups it applies together.
+const mergeBatchRetained = 4 << 20
 
 // stageGroup does a group's work before its index batch is applied. It
 // reports whether the group is still good.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -329,5 +330,41 @@ func TestNoSyncAcknowledgedBeforeApplied(t *testing.T) {
 	}
 	if n != maxEarlyRecords+1 {
 		t.Fatalf("%d keys after the apply, want %d", n, maxEarlyRecords+1)
+	}
+}
+
+// TestMergedBatchKeptByPebble: groups applied together are merged into a
+// batch the applier reuses. Pebble keeps one past half the memtable as a
+// memtable of its own; with a small memtable, such a round and the rounds
+// that reuse the batch after it all read back.
+func TestMergedBatchKeptByPebble(t *testing.T) {
+	ctx := context.Background()
+	db := mustOpen(t, vfs.NewMem(), Options{NoSync: true, PebbleOptions: func(o *pebble.Options) {
+		o.MemTableSize = 1 << 20
+	}})
+	defer db.Close()
+	h := holdApplier(db)
+	value := bytes.Repeat([]byte{'v'}, 200)
+	key := func(round, i int) []byte { return []byte(fmt.Sprintf("r%d-k%04d", round, i)) }
+	for round := 0; round < 4; round++ {
+		h.hold()
+		n := 3000 // about 1.5 MiB of rows in one round: past half the memtable
+		if round > 0 {
+			n = 50 // rounds small enough to reuse the merge batch
+		}
+		for i := 0; i < n; i++ {
+			if _, err := db.Put(ctx, fmt.Sprint("a", i%7), key(round, i), value); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.release()
+		for r := 0; r <= round; r++ {
+			for i := 0; i < 50; i++ {
+				v, err := db.Get(ctx, key(r, i))
+				if err != nil || !bytes.Equal(v.Value, value) {
+					t.Fatalf("round %d: key %s: %q, %v", round, key(r, i), v.Value, err)
+				}
+			}
+		}
 	}
 }
