@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,7 +23,20 @@ import (
 //
 // Found by TestErrorInjection/drop-unsynced (op124, 2026-11-24): acknowledged
 // records of a segment whose seal fsync failed were missing after a restart.
+// In "reported" the seal's failure has stopped the database before the
+// settle's fsync; in "unreported" the seal is held between its failed fsync
+// and the report, so only the settle's wait for segIO can see it.
 func TestSettleAfterFailedSealSync(t *testing.T) {
+	for _, unreported := range []bool{false, true} {
+		name := "reported"
+		if unreported {
+			name = "unreported"
+		}
+		t.Run(name, func(t *testing.T) { testSettleAfterFailedSealSync(t, unreported) })
+	}
+}
+
+func testSettleAfterFailedSealSync(t *testing.T, unreported bool) {
 	ctx := context.Background()
 	const an = "a"
 	opts := Options{SegmentSize: 2048, SettleBytes: 1 << 30, SettleInterval: time.Hour}
@@ -49,7 +63,11 @@ func TestSettleAfterFailedSealSync(t *testing.T) {
 		return nil
 	})
 	ffs := newFaultFS(mem, inj, faultDropUnsynced)
-	db := mustOpen(t, ffs, opts)
+	hold := &sealHoldFS{FS: ffs, path: seg1, failed: make(chan struct{}), release: make(chan struct{})}
+	if !unreported {
+		close(hold.release)
+	}
+	db := mustOpen(t, hold, opts)
 
 	acks := &ackLog{}
 	i := 0
@@ -93,16 +111,33 @@ func TestSettleAfterFailedSealSync(t *testing.T) {
 		t.Fatal("the settle never fsynced segment 1")
 	}
 	// The next record seals segment 1: that fsync fails and loses the
-	// segment's unsynced bytes, and the database stops.
-	_, _ = put()
-	deadline := time.Now().Add(10 * time.Second)
-	for db.failed.Load() == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the failed seal did not stop the database")
-		}
-		time.Sleep(time.Millisecond)
+	// segment's unsynced bytes.
+	go func() { _, _ = put() }()
+	select {
+	case <-hold.failed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the seal's fsync never failed")
 	}
-	close(settlerGo)
+	if unreported {
+		// The settle's fsync succeeds while the seal has not yet reported
+		// its failure: the settle must wait for it, not finish.
+		close(settlerGo)
+		select {
+		case err := <-settled:
+			t.Fatalf("the settle returned (%v) while a failed seal of a file it synced was unreported", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(hold.release)
+	} else {
+		deadline := time.Now().Add(10 * time.Second)
+		for db.failed.Load() == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("the failed seal did not stop the database")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		close(settlerGo)
+	}
 	if err := <-settled; !errors.Is(err, ErrWriteFailed) {
 		t.Fatalf("settle after the failed seal fsync: %v, want IO_001", err)
 	}
@@ -120,4 +155,44 @@ func TestSettleAfterFailedSealSync(t *testing.T) {
 		}
 	}
 	checkDB(t, db2, acks.snapshot())
+}
+
+// sealHoldFS holds a failed fsync of path, after the failure and before it
+// is returned, until release is closed; failed is closed when it starts.
+type sealHoldFS struct {
+	vfs.FS
+	path            string
+	failed, release chan struct{}
+	once            sync.Once
+}
+
+func (fs *sealHoldFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || name != fs.path {
+		return f, err
+	}
+	return &sealHoldFile{File: f, fs: fs}, nil
+}
+
+func (fs *sealHoldFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *sealHoldFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+type sealHoldFile struct {
+	vfs.File
+	fs *sealHoldFS
+}
+
+func (f *sealHoldFile) Sync() error {
+	err := f.File.Sync()
+	if err != nil {
+		f.fs.once.Do(func() { close(f.fs.failed) })
+		<-f.fs.release
+	}
+	return err
 }
