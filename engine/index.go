@@ -107,7 +107,7 @@ func (db *DB) openIndex() (err error) {
 
 // indexVersion writes the 'k' row of a put or delete stored at (segno,
 // offset) with the given frame size.
-func indexVersion(b *pebble.Batch, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
+func indexVersion(b rowSetter, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
 	ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
 	if rec.Type == segment.TypeDelete {
 		ve.Type = verDelete
@@ -124,11 +124,21 @@ func indexVersion(b *pebble.Batch, rec *segment.Record, segno uint64, offset int
 // the index holds per record, shared by commits, adoption at recovery and
 // full rebuilds. scratch is reused and returned.
 func indexRecord(b *pebble.Batch, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
+	return indexRecordTo(b, b, rec, segno, offset, size, inlineMax, scratch)
+}
+
+// rowSetter takes index rows: a batch, or a group's versionRows.
+type rowSetter interface {
+	Set(key, value []byte, opts *pebble.WriteOptions) error
+}
+
+// indexRecordTo is indexRecord with the 'k' row going to versions.
+func indexRecordTo(b *pebble.Batch, versions rowSetter, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
 	se := seqEntry{Segno: segno, Offset: offset, Size: uint32(size), Counter: rec.Counter, Hash: rec.Hash}
 	scratch = se.encode(scratch[:0])
 	_ = b.Set(seqKey(rec.Anchor, rec.Seq), scratch, nil)
 	if rec.IsKV() {
-		scratch = indexVersion(b, rec, segno, offset, size, inlineMax, scratch)
+		scratch = indexVersion(versions, rec, segno, offset, size, inlineMax, scratch)
 	}
 	if len(rec.IdempotencyKey) > 0 {
 		ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash,
