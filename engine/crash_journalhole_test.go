@@ -93,18 +93,11 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 		t.Helper()
 		e := Entry{Anchor: an, Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i%10)), Value: bytes.Repeat([]byte{'v'}, 100)}
 		i++
-		if _, err := db.Append(ctx, e); err != nil {
+		_, st, err := appendVisible(ctx, db, e)
+		if err != nil {
 			t.Fatal(err)
 		}
-		// The head is the applier's: a NoSync append is acknowledged
-		// before it is applied.
-		if err := db.awaitVisible(ctx); err != nil {
-			t.Fatal(err)
-		}
-		db.anchorsMu.RLock()
-		a := db.anchors[an]
-		db.anchorsMu.RUnlock()
-		return a.snapshot()
+		return st
 	}
 	first := appendOne()
 	frame := first.segSize - int64(segment.HeaderSize(an)) // every record is this size
