@@ -385,9 +385,7 @@ func (db *DB) latestVersionsBelowCuts(ctx context.Context, plan snapshot.Plan) (
 		if cut, ok := below[anchor]; ok && ve.Seq <= cut {
 			out[anchorSeq{anchor, ve.Seq}] = true
 		}
-		next := keyPrefix(key)
-		next[len(next)-1] = 2
-		ok = nextKey(it, next)
+		ok = nextKey(it, appendPastVersions(nil, key))
 	}
 	return out, ioErr(it.Error(), "read index")
 }

@@ -97,10 +97,23 @@ func appendEscaped(dst, key []byte) []byte {
 // keyPrefix returns 'k' ‖ esc(key) ‖ 0x00 0x01: the prefix of all of key's
 // versions.
 func keyPrefix(key []byte) []byte {
-	p := make([]byte, 0, 1+len(key)+2+8+16)
-	p = append(p, tagKey)
-	p = appendEscaped(p, key)
-	return append(p, 0, 1)
+	return appendKeyPrefix(make([]byte, 0, 1+len(key)+2+8+16), key)
+}
+
+// appendKeyPrefix appends keyPrefix(key) to dst.
+func appendKeyPrefix(dst, key []byte) []byte {
+	dst = append(dst, tagKey)
+	dst = appendEscaped(dst, key)
+	return append(dst, 0, 1)
+}
+
+// appendPastVersions appends the smallest index key after every version of
+// key: its prefix with the separator's 0x01 raised to 0x02. A scan of the
+// newest versions seeks there to skip the older ones.
+func appendPastVersions(dst, key []byte) []byte {
+	dst = appendKeyPrefix(dst, key)
+	dst[len(dst)-1] = 2
+	return dst
 }
 
 // versionKey is keyPrefix(key) ‖ ^counter ‖ desc(anchor): Pebble's ascending
@@ -112,9 +125,7 @@ func versionKey(key []byte, counter uint64, anchor string) []byte {
 
 // appendVersionKey appends versionKey(key, counter, anchor) to dst.
 func appendVersionKey(dst, key []byte, counter uint64, anchor string) []byte {
-	dst = append(dst, tagKey)
-	dst = appendEscaped(dst, key)
-	dst = append(dst, 0, 1)
+	dst = appendKeyPrefix(dst, key)
 	dst = be.AppendUint64(dst, ^counter)
 	for i := 0; i < len(anchor); i++ {
 		dst = append(dst, 0xFF-anchor[i])

@@ -226,9 +226,7 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 				return
 			}
 			// Skip the older versions of this key.
-			next := keyPrefix(v.Key)
-			next[len(next)-1] = 2
-			ok = nextKey(it, next)
+			ok = nextKey(it, appendPastVersions(nil, v.Key))
 		}
 		if err := it.Error(); err != nil {
 			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))

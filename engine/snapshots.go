@@ -147,7 +147,7 @@ func (db *DB) stateEntries(ctx context.Context, r pebble.Reader, anchors snapsho
 					return
 				}
 			}
-			next = append(appendEscaped(append(next[:0], tagKey), key), 0, 2)
+			next = appendPastVersions(next[:0], key)
 			ok = nextKey(it, next)
 		}
 		if err := it.Error(); err != nil {

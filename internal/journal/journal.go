@@ -402,6 +402,11 @@ func (w *Writer) SyncTo(p Pos) error {
 func (w *Writer) syncFailed(err error) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.syncFailedLocked(err)
+}
+
+// syncFailedLocked is syncFailed with w.mu held.
+func (w *Writer) syncFailedLocked(err error) error {
 	if w.failed == nil {
 		w.failed = err
 	}
@@ -434,11 +439,7 @@ func (w *Writer) Rotate() (Pos, error) {
 		// Never synced since the last rotation: sync it now, in order.
 		if err := w.old.file.SyncData(); err != nil {
 			_ = f.Close()
-			err = fmt.Errorf("fsync journal %s: %w", FileName(w.old.gen), err)
-			if w.failed == nil {
-				w.failed = err
-			}
-			return Pos{}, err
+			return Pos{}, w.syncFailedLocked(fmt.Errorf("fsync journal %s: %w", FileName(w.old.gen), err))
 		}
 		_ = w.old.file.Close()
 	}

@@ -327,15 +327,7 @@ func testRotateWhileSyncing(t *testing.T, o Options) {
 func TestFailedWriteIsNeverSynced(t *testing.T) {
 	for _, name := range []string{"rotate", "flush"} {
 		t.Run(name, func(t *testing.T) {
-			mem := vfs.NewMem()
-			_ = mem.MkdirAll("j", 0o755)
-			var fail atomic.Bool
-			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if op.Kind == errorfs.OpFileWriteAt && fail.Load() {
-					return errors.New("injected: write failed")
-				}
-				return nil
-			}))
+			mem, fs, fail := failingFS(errorfs.OpFileWriteAt, "injected: write failed")
 			for _, prealloc := range []int64{0, 4096} {
 				fail.Store(false)
 				_ = mem.RemoveAll("j")
@@ -385,15 +377,7 @@ func TestFailedWriteIsNeverSynced(t *testing.T) {
 func TestFailedSyncIsNeverRetried(t *testing.T) {
 	for _, name := range []string{"syncto", "rotate"} {
 		t.Run(name, func(t *testing.T) {
-			mem := vfs.NewMem()
-			_ = mem.MkdirAll("j", 0o755)
-			var fail atomic.Bool
-			fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if op.Kind == errorfs.OpFileSyncData && fail.Load() {
-					return errors.New("injected: fdatasync failed")
-				}
-				return nil
-			}))
+			_, fs, fail := failingFS(errorfs.OpFileSyncData, "injected: fdatasync failed")
 			w, err := Create(fs, "j", 1, Options{})
 			if err != nil {
 				t.Fatal(err)
@@ -436,4 +420,19 @@ func TestFailedSyncIsNeverRetried(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingFS is a MemFS holding directory "j", and the same FS failing every
+// operation of kind with msg while fail is set.
+func failingFS(kind errorfs.OpKind, msg string) (mem *vfs.MemFS, fs vfs.FS, fail *atomic.Bool) {
+	mem = vfs.NewMem()
+	_ = mem.MkdirAll("j", 0o755)
+	fail = new(atomic.Bool)
+	fs = errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == kind && fail.Load() {
+			return errors.New(msg)
+		}
+		return nil
+	}))
+	return mem, fs, fail
 }
