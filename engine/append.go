@@ -143,9 +143,9 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 }
 
 // admissionCost looks up the idempotency keys of entries. When every entry
-// is a committed duplicate it returns their receipts (done); a key committed
-// with another fingerprint is STATE_002 at once. Otherwise it returns the
-// cost of the entries that may append.
+// is a committed duplicate it returns their receipts (done); a single entry
+// whose key is committed with another fingerprint is STATE_002 at once.
+// Otherwise it returns the cost of the entries that may append.
 func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs []Receipt, err error) {
 	if db.adm.disabled {
 		return cost{records: len(entries), bytes: bytes}, false, nil, nil
@@ -162,9 +162,12 @@ func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs
 			if found {
 				fp := segment.Fingerprint(e.Type, e.Key, e.Value)
 				rc := Receipt{Anchor: e.Anchor, Seq: prior.Seq, Counter: prior.Counter, Hash: prior.Hash, Duplicate: true}
-				if prior.Fingerprint != fp && !pending {
+				if prior.Fingerprint != fp && !pending && len(entries) == 1 {
 					return c, false, nil, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
 				}
+				// In a batch an earlier entry may be refused first: the
+				// leader, validating in entry order, decides which refusal
+				// the batch reports.
 				if prior.Fingerprint == fp {
 					if !pending {
 						rs = append(rs, rc)
