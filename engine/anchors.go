@@ -13,19 +13,23 @@ import (
 
 // anchor is the in-memory state of one anchor log.
 //
-// It holds two heads. The leader's head (anchorHead, tree) is where the next
+// It holds two heads. The leader's head (anchorHead) is where the next
 // commit group continues: commit leaders own it, one at a time, and advance
 // it as soon as a group is written to the journal. The visible head (vis,
 // visTree), under mu, is what readers see: it advances when a group has been
-// applied to the index, so it never runs ahead of what reads can find.
+// applied to the index, so it never runs ahead of what reads can find. The
+// Merkle range (tree) is the applier's: it is extended as groups are staged
+// for the index, ahead of visTree by the groups of the round being applied.
 type anchor struct {
 	id  string
 	dir string // directory of its segments
 
 	// Owned by the commit leader (and by Open before any commit).
 	anchorHead
-	tree          *compact.Range // Merkle compact range of the leader's head
-	activeChecked bool           // checkActiveSegment ran this session
+	activeChecked bool // checkActiveSegment ran this session
+
+	// Owned by the applier (and by Open before any commit).
+	tree *compact.Range // Merkle compact range of the groups staged so far
 
 	// Owned by whoever holds wmu: the applier, a flushing reader, a settle.
 	wmu      sync.Mutex
