@@ -190,136 +190,6 @@ func (db *DB) buildGroup(reqs []*request) *group {
 	return g
 }
 
-// applyGroup runs in journal order, after the group's journal block is
-// durable (or at once for NoSync): it buffers the segment bytes, applies the
-// index batch and makes the group visible.
-func (db *DB) applyGroup(g *group) {
-	db.applyGroups([]*group{g})
-}
-
-// applyGroups applies consecutive groups, their index batches merged into
-// one: one trip through Pebble's commit pipeline for all of them.
-func (db *DB) applyGroups(groups []*group) {
-	defer func() {
-		for _, g := range groups {
-			db.forgetPendingIdem(g)
-			_ = g.batch.Close()
-		}
-	}()
-	var merged *pebble.Batch
-	for _, g := range groups {
-		if !db.stageGroup(g) {
-			continue
-		}
-		switch {
-		case g.batch.Empty():
-		case merged == nil:
-			merged = g.batch
-		default:
-			if merged != db.mergeBatch {
-				// Copied into a batch kept from round to round: growing the
-				// first group's batch reallocated it several times a round.
-				if db.mergeBatch == nil {
-					db.mergeBatch = db.index.NewBatch(pebble.WithMaxRetainedSizeBytes(mergeBatchRetained))
-				}
-				_ = db.mergeBatch.Apply(merged, nil)
-				merged = db.mergeBatch
-			}
-			_ = merged.Apply(g.batch, nil)
-		}
-	}
-	if merged != nil && merged == db.mergeBatch {
-		// Reset keeps the buffer up to mergeBatchRetained. Pebble clears
-		// the data of a batch it keeps as a memtable of its own (past half
-		// the memtable), so this one is never reset under it.
-		defer merged.Reset()
-	}
-	if merged != nil {
-		// Raised before the rows reach the memtable: a flush that starts
-		// the moment they do must already sync their journal blocks.
-		db.indexedUpTo.Lock()
-		for _, g := range groups {
-			if g.err == nil && db.indexedUpTo.pos.Less(g.end) {
-				db.indexedUpTo.pos = g.end
-			}
-		}
-		db.indexedUpTo.Unlock()
-		if err := db.applyBatch(merged); err != nil {
-			err = db.fail(err)
-			for _, g := range groups {
-				if g.err == nil {
-					g.err = err
-				}
-			}
-			return
-		}
-	}
-	for _, g := range groups {
-		if g.err == nil {
-			g.publish()
-		}
-	}
-}
-
-// mergeBatchRetained bounds the buffer the applier keeps for merging the
-// index batches of the groups it applies together.
-const mergeBatchRetained = 4 << 20
-
-// stageGroup does a group's work before its index batch is applied. It
-// reports whether the group is still good.
-func (db *DB) stageGroup(g *group) bool {
-	if g.err == nil {
-		if f := db.failed.Load(); f != nil {
-			g.err = f
-		}
-	}
-	if g.err != nil {
-		return false
-	}
-	if err := g.bufferSegments(); err != nil {
-		g.err = db.fail(err)
-		return false
-	}
-	g.extendTrees()
-	for _, m := range g.marks {
-		if err := db.captureSettle(m); err != nil {
-			g.err = db.fail(err)
-			return false
-		}
-	}
-	return true
-}
-
-func (db *DB) forgetPendingIdem(g *group) {
-	if len(g.idem) == 0 {
-		return
-	}
-	db.idemMu.Lock()
-	for k := range g.idem {
-		delete(db.pendingIdem, k)
-	}
-	db.idemMu.Unlock()
-}
-
-// applyBatch applies b to the index (which has no WAL of its own: the
-// journal is its log). Pebble treats a failed commit as fatal; its logger
-// turns that into a panic we recover here as IO_001.
-func (db *DB) applyBatch(b *pebble.Batch) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			pf, ok := r.(pebbleFatal)
-			if !ok {
-				panic(r)
-			}
-			err = errs.New(errs.CodeWriteFailed, "index: %s", string(pf))
-		}
-	}()
-	if err = db.index.Apply(b, pebble.NoSync); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "index apply")
-	}
-	return nil
-}
-
 func (g *group) pendingFor(a *anchor) *pendingAnchor {
 	if p := g.pending[a]; p != nil {
 		return p
@@ -683,8 +553,8 @@ func (p *pendingAnchor) newWrite(segno uint64, offset int64, create bool) *segWr
 	return w
 }
 
-// emit writes a prepared record's index rows into the batch and extends the
-// anchor's tree.
+// emit writes a prepared record's journal record and index rows, and keeps
+// its hash for the anchor's tree, which the applier extends (extendTrees).
 func (g *group) emit(pr *preparedRecord) {
 	db, rec, p := g.db, &pr.rec, pr.p
 	frame := p.writes[pr.write].buf[pr.bufStart : pr.bufStart+pr.size]
@@ -694,51 +564,6 @@ func (g *group) emit(pr *preparedRecord) {
 
 	p.leaves = append(p.leaves, rec.Hash)
 	g.records++
-}
-
-// extendTrees runs in the applier, in journal order: it extends each
-// anchor's Merkle compact range by the group's records and puts the tree
-// nodes that must be stored into the group's batch. The tree is index
-// data, derived from hashes the leader already chained, so it is built
-// behind the acknowledgement rather than on the leader's path: two of the
-// three BLAKE3 computations per record left the leader.
-func (g *group) extendTrees() {
-	for _, p := range g.order {
-		if len(p.leaves) == 0 {
-			continue
-		}
-		p.tree = cloneRange(p.a)
-		visit := treeAppender{batch: g.batch, anchor: p.a.id}.visit
-		for _, h := range p.leaves {
-			leaf := segment.LeafHash(h)
-			_ = p.tree.Append(leaf[:], visit)
-		}
-		p.a.tree = p.tree
-	}
-}
-
-// cloneRange copies the applier's compact range of a: ranges are extended
-// in place, and the one a group starts from may still be the visible one.
-func cloneRange(a *anchor) *compact.Range {
-	hs := append([][]byte(nil), a.tree.Hashes()...)
-	r, err := merkleFactory.NewRange(a.tree.Begin(), a.tree.End(), hs)
-	if err != nil {
-		panic(fmt.Sprintf("anchordb: cloning a valid compact range failed: %v", err))
-	}
-	return r
-}
-
-// publish makes the group's anchors' heads visible to readers.
-func (g *group) publish() {
-	for _, p := range g.order {
-		a := p.a
-		a.mu.Lock()
-		a.vis = p.anchorHead
-		if p.tree != nil {
-			a.visTree = p.tree
-		}
-		a.mu.Unlock()
-	}
 }
 
 func (db *DB) lookupIdem(anchor string, key []byte) (idemEntry, bool, error) {
