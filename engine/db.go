@@ -231,11 +231,14 @@ func (db *DB) open() error {
 	if err := db.removeLeftovers(); err != nil {
 		return err
 	}
-	if err := db.startJournal(); err != nil {
+	// From here a crash is unclean: recovery must look at the tails. The
+	// mark goes down before the session's journal file exists, or a crash
+	// between the two would leave a clean index older than the journal,
+	// which the next Open would take for a restored copy (stale_index).
+	if err := db.setMetaDurable(metaClean, 0); err != nil {
 		return err
 	}
-	// From here a crash is unclean: recovery must look at the tails.
-	if err := db.setMetaDurable(metaClean, 0); err != nil {
+	if err := db.startJournal(); err != nil {
 		return err
 	}
 	for _, ev := range db.recovery.Events {
@@ -535,6 +538,12 @@ func (db *DB) Close() error {
 	db.bg.Wait()
 	db.vis.stopped.Store(true)
 	db.vis.wake() // a read still waiting for the applier waits no longer
+	if db.mergeBatch != nil {
+		// The applier has stopped: its kept batch (up to
+		// mergeBatchRetained of buffer) goes back to Pebble's pool.
+		_ = db.mergeBatch.Close()
+		db.mergeBatch = nil
+	}
 	err = errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
 		ioErr(db.files.close(), "close segments"), ioErr(db.lock.Close(), "release lock"))
 	return err
