@@ -43,7 +43,9 @@ field names and types, a field given twice, UTF-8, the limits (anchor id, type, 
 value, idempotency key, counter, time) — before the database is opened: if any line is
 malformed or over a limit, nothing is appended (the database is not even created), and
 the error is INPUT_001 (exit 2) naming the first such line, with "imported":0. A
-regular FILE is read twice; stdin or a pipe is copied to a temporary file in the OS temp
+regular FILE is read twice, and the second pass appends only bytes whose hash (per MiB)
+matches the first's: a file changed in between stops the import with INPUT_001 at the
+first line not appended, counting what was. stdin or a pipe is copied to a temporary file in the OS temp
 directory ($TMPDIR) as it is checked, removed when the import ends, also on an error or
 an interrupt.
 
@@ -147,6 +149,7 @@ func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader,
 	}
 	var src io.Reader = e.stdin
 	var file *os.File
+	var hasher *chunkHasher
 	if name != "-" {
 		f, in, regular, err := openInput(e.ctx, name)
 		if err != nil {
@@ -156,10 +159,12 @@ func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader,
 			return nil, 0, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
 		}
 		closers = append(closers, func() { f.Close() })
+		src = in
 		if regular {
 			file = f
+			hasher = newChunkHasher(in)
+			src = hasher
 		}
-		src = in
 	}
 	var spool *os.File
 	var spoolBuf *bufio.Writer
@@ -185,6 +190,11 @@ func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader,
 	}
 	if _, err := rewind.Seek(0, io.SeekStart); err != nil {
 		return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "rewind the import input")
+	}
+	if hasher != nil {
+		// A regular file is read again: pass 2 gets only bytes that match
+		// what was checked (importverify.go).
+		return hasher.verifier(rewind), lines, cleanup, nil
 	}
 	return rewind, lines, cleanup, nil
 }
@@ -269,9 +279,10 @@ func (im *importer) run(in io.Reader) error {
 		im.lines++
 		ent, err := parseImportLine(line, im.limits)
 		if err != nil {
-			// Pass 1 accepted every line: a regular file changed between
-			// the passes. Everything before the failing line is imported,
-			// nothing from it on.
+			// Pass 1 accepted every line and pass 2 reads only bytes
+			// that match it (chunkVerifier), so this is a defect, not a
+			// changed file. Everything before the failing line is
+			// imported, nothing from it on.
 			if ferr := im.flush(); ferr != nil {
 				return ferr
 			}
@@ -314,6 +325,9 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 			}
 			return line, nil
 		case err != nil:
+			if errs.CodeOf(err) != "" {
+				return nil, err // the reader's own finding, such as a changed file
+			}
 			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read import input")
 		}
 		return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'}), nil
