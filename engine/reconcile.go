@@ -133,7 +133,9 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 	slices.SortFunc(segs, func(a, b segFile) int { return cmp.Compare(a.segno, b.segno) })
 	// A newest segment too short for its header holds no record: its creation
 	// was torn. Journal replay has already recreated any segment the index
-	// needs, so it can go.
+	// needs, so it can go — once the anchor is known not to be damaged: a
+	// damaged anchor's files stay as they are for an operator.
+	var torn []tornSegment
 	for len(segs) > 0 {
 		last := segs[len(segs)-1]
 		size, hdr, herr := rc.readHeader(last.path)
@@ -149,19 +151,13 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 			}
 			break
 		}
-		saved, err := rc.saveCut(last.path, pathID, last.segno, 0, size)
-		if err != nil {
-			return err
-		}
-		if err := db.fs.Remove(last.path); err != nil {
-			return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", last.path)
-		}
-		db.markDirty(last.path, dir)
-		db.event(RecoveryEvent{Kind: EventRemoved, File: last.path, Bytes: size, Saved: saved})
+		torn = append(torn, tornSegment{last, size})
 		segs = segs[:len(segs)-1]
 	}
 	if len(segs) == 0 {
-		return nil
+		// No record anywhere in the directory: there is no anchor to be
+		// damaged.
+		return rc.removeTorn(dir, pathID, torn)
 	}
 	// Name the anchor from the first segment whose header reads.
 	var id string
@@ -198,10 +194,50 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 	if segs, err = rc.finishTruncations(a, segs, stubs); err != nil {
 		return err
 	}
-	if len(segs) == 0 {
-		return nil
+	if len(segs) > 0 {
+		if err := rc.reconcileAnchor(a, segs, stubs); err != nil {
+			return err
+		}
 	}
-	return rc.reconcileAnchor(a, segs, stubs)
+	if a.damaged() != nil {
+		return nil // found damaged just now: as above
+	}
+	return rc.removeTorn(dir, pathID, torn)
+}
+
+// tornSegment is a newest segment whose creation a crash tore.
+type tornSegment struct {
+	segFile
+	size int64
+}
+
+// removeTorn removes torn newest segments, newest first, keeping their bytes
+// in lost+found.
+func (rc *reconciler) removeTorn(dir, pathID string, torn []tornSegment) error {
+	db := rc.db
+	for _, t := range torn {
+		// Nothing since has written there (recovery does not create
+		// segments after journal replay), but removing is not undoable:
+		// look again.
+		size, _, herr := rc.readHeader(t.path)
+		var fe *segment.FrameError
+		if herr != nil && !errors.As(herr, &fe) {
+			return herr
+		}
+		if herr == nil || fe.Kind != segment.Torn || size != t.size {
+			return errs.New(errs.CodeWriteFailed, "torn segment %s changed during recovery", t.path)
+		}
+		saved, err := rc.saveCut(t.path, pathID, t.segno, 0, t.size)
+		if err != nil {
+			return err
+		}
+		if err := db.fs.Remove(t.path); err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", t.path)
+		}
+		db.markDirty(t.path, dir)
+		db.event(RecoveryEvent{Kind: EventRemoved, File: t.path, Bytes: t.size, Saved: saved})
+	}
+	return nil
 }
 
 // finishTruncations settles a compaction a crash interrupted between writing
