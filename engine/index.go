@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -97,12 +98,59 @@ func (db *DB) openIndex() (err error) {
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
 	db.pebbleOpts = po
-	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
+	path := db.fs.PathJoin(db.dir, IndexDir)
+	idx, err := pebble.Open(path, po)
+	if err != nil && indexUnreadable(err) {
+		// The index is a projection (SPEC §3): one that does not open is
+		// as good as lost, and is rebuilt from the segments like a lost
+		// one. Its files are kept, moved aside, for an operator.
+		aside, merr := db.moveIndexAside(path)
+		if merr != nil {
+			return errors.Join(errs.Wrap(errs.CodeWriteFailed, err, "open index"), merr)
+		}
+		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: aside, Err: errs.Wrap(errs.CodeIndexMismatch, err,
+			"the index does not open; it was moved to %s and is rebuilt from the segments", aside)})
+		idx, err = pebble.Open(path, po)
+	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open index")
 	}
 	db.index = idx
 	return nil
+}
+
+// indexUnreadable reports whether pebble.Open failed on the index's own
+// bytes — a corrupt file, or a file its MANIFEST or marker names that is
+// not there — rather than on the filesystem (EIO, permissions), which must
+// stop Open instead of costing a rebuild.
+//
+// A power loss can leave the second kind: when Pebble starts a MANIFEST (at
+// every Open) it syncs the file, creates the marker naming it and only then
+// syncs the directory, so a filesystem that may persist directory entries
+// out of order can keep the marker and lose the MANIFEST's entry
+// (TestCrashDuringCleanOpen finds it with vfs.CrashClone).
+func indexUnreadable(err error) bool {
+	return pebble.IsCorruptionError(err) || oserrorIsNotExist(err)
+}
+
+// moveIndexAside renames the index directory to lost+found/index-<ns>,
+// durably, and returns the new path.
+func (db *DB) moveIndexAside(path string) (string, error) {
+	lf := db.fs.PathJoin(db.dir, LostAndFound)
+	if err := db.fs.MkdirAll(lf, 0o755); err != nil {
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", lf)
+	}
+	aside := db.fs.PathJoin(lf, fmt.Sprintf("%s-%d", IndexDir, db.opts.Clock().UnixNano()))
+	if err := db.fs.Rename(path, aside); err != nil {
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "move the unreadable index to %s", aside)
+	}
+	if err := db.syncDir(lf); err != nil {
+		return "", err
+	}
+	if err := db.syncDir(db.dir); err != nil {
+		return "", err
+	}
+	return aside, nil
 }
 
 // indexVersion writes the 'k' row of a put or delete stored at (segno,

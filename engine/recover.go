@@ -75,6 +75,9 @@ const (
 	// EventStaleIndex: the index said it was closed cleanly but is older
 	// than the journal; recovery ran anyway.
 	EventStaleIndex = "stale_index"
+	// EventIndexUnreadable: the index did not open (a corrupt or missing
+	// file of its own); it was moved into lost+found and rebuilt.
+	EventIndexUnreadable = "index_unreadable"
 )
 
 func (e RecoveryEvent) String() string {

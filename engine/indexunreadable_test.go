@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// closedWithManifest returns a cleanly closed database and the path of the
+// MANIFEST its index's marker names.
+func closedWithManifest(t *testing.T) (*vfs.MemFS, []ackedEntry, string) {
+	t.Helper()
+	mem := vfs.NewCrashableMem()
+	db := mustOpen(t, mem, crashOptions(mem, false))
+	acks := &ackLog{}
+	if err := workload(context.Background(), db, 2, 20, acks); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	names, err := mem.List("db/index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if m, ok := strings.CutPrefix(n, "marker.manifest."); ok {
+			_, file, _ := strings.Cut(m, ".")
+			return mem, acks.snapshot(), mem.PathJoin("db/index", file)
+		}
+	}
+	t.Fatalf("no manifest marker among %q", names)
+	return nil, nil, ""
+}
+
+// TestUnreadableIndexIsRebuilt: an index that Pebble cannot open because
+// of its own bytes (its MANIFEST missing or corrupt) is as good as lost: Open
+// moves it into lost+found, says so, and rebuilds it from the segments,
+// losing nothing acknowledged.
+func TestUnreadableIndexIsRebuilt(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		spoil func(mem *vfs.MemFS, manifest string)
+	}{
+		{"manifest missing", func(mem *vfs.MemFS, manifest string) {
+			if err := mem.Remove(manifest); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"manifest corrupt", func(mem *vfs.MemFS, manifest string) {
+			data, err := readMemFile(mem, manifest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range data {
+				data[i] ^= 0x5A
+			}
+			writeMemFile(mem, manifest, data)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem, acked, manifest := closedWithManifest(t)
+			tc.spoil(mem, manifest)
+			db, err := Open("db", crashOptions(mem, false))
+			if err != nil {
+				t.Fatalf("open with an unreadable index: %v", err)
+			}
+			rep := db.RecoveryReport()
+			var ev *RecoveryEvent
+			for i := range rep.Events {
+				if rep.Events[i].Kind == EventIndexUnreadable {
+					ev = &rep.Events[i]
+				}
+			}
+			if ev == nil || !rep.Rebuilt || CodeOf(ev.Err) != errs.CodeIndexMismatch || !strings.HasPrefix(ev.File, "db/"+LostAndFound+"/index-") {
+				t.Fatalf("want an index_unreadable event (INT_004, kept in lost+found) and a rebuild, got %+v", rep)
+			}
+			if _, err := mem.Stat(ev.File); err != nil {
+				t.Errorf("the unreadable index was not kept: %v", err)
+			}
+			checkDB(t, db, acked)
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			db = mustOpen(t, mem, crashOptions(mem, false))
+			defer db.Close()
+			if rep := db.RecoveryReport(); !rep.Clean || len(rep.Events) != 0 {
+				t.Errorf("the open after the rebuild: %+v", rep)
+			}
+			checkDB(t, db, acked)
+		})
+	}
+}
+
+// TestIndexIOErrorIsNotUnreadable: an I/O error while Pebble opens the
+// index stops Open with IO_001 and moves nothing: a rebuild is for an index
+// whose bytes are wrong, not for a disk that failed a read.
+func TestIndexIOErrorIsNotUnreadable(t *testing.T) {
+	mem, _, manifest := closedWithManifest(t)
+	failed := errors.New("injected EIO")
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Path == manifest && op.Kind.ReadOrWrite() == errorfs.OpIsRead {
+			return failed
+		}
+		return nil
+	})
+	_, err := Open("db", crashOptions(errorfs.Wrap(mem, inj), false))
+	if err == nil || CodeOf(err) != errs.CodeWriteFailed || !errors.Is(err, failed) {
+		t.Fatalf("open with a failing index read: want IO_001 wrapping the failure, got %v", err)
+	}
+	if _, err := mem.Stat(manifest); err != nil {
+		t.Fatalf("the index was moved after an I/O error: %v", err)
+	}
+	if names, _ := mem.List("db/" + LostAndFound); len(names) != 0 {
+		t.Fatalf("lost+found after an I/O error: %q", names)
+	}
+	db := mustOpen(t, mem, crashOptions(mem, false))
+	defer db.Close()
+	if rep := db.RecoveryReport(); rep.Rebuilt {
+		t.Errorf("the index was rebuilt after an I/O error: %+v", rep)
+	}
+}
