@@ -165,6 +165,18 @@ func Open(dir string, opts Options) (*DB, error) {
 			_ = db.closeIndex()
 		}
 		_ = db.files.close()
+		if pebble.IsCorruptionError(err) && opts.indexMovedAside == "" {
+			// Open read a block of the index that fails its checksum. The
+			// index is a projection: treat it as unreadable (index.go) —
+			// moved aside, under the lock, and rebuilt by a second Open.
+			aside, merr := db.moveIndexAside(db.fs.PathJoin(dir, IndexDir))
+			_ = lock.Close()
+			if merr != nil {
+				return nil, errors.Join(err, merr)
+			}
+			opts.indexMovedAside, opts.indexCorruption = aside, err
+			return Open(dir, opts)
+		}
 		_ = lock.Close()
 		return nil, err
 	}

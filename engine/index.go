@@ -82,22 +82,35 @@ func (db *DB) openIndex() (err error) {
 	// to the end of the last one, not to the end of the journal: sync
 	// groups are durable before they are applied, so with no NoSync group
 	// pending this is no fsync at all and cannot fail.
-	po.EventListener = &pebble.EventListener{FlushBegin: func(pebble.FlushInfo) {
-		if w := db.flushJournal.Load(); w != nil {
-			db.indexedUpTo.Lock()
-			upTo := db.indexedUpTo.pos
-			db.indexedUpTo.Unlock()
-			if err := w.SyncTo(upTo); err != nil {
-				pebbleLogger{l: db.opts.Logger, db: db}.Fatalf("journal fdatasync before an index flush failed: %v", err)
+	po.EventListener = &pebble.EventListener{
+		// A block that fails its checksum fails the read that found it,
+		// with a corruption error; Pebble's default also calls Fatalf,
+		// which would take the process down over a projection. Writes stop
+		// instead (a compaction over the block would fail too, and the
+		// stalled index would hang them), naming the cure.
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			_ = db.fail(errs.New(errs.CodeIndexMismatch, "index corruption: %s; rebuild the index (anchordb rebuild-index, or reopen: an Open that meets it rebuilds)", info))
+		},
+		FlushBegin: func(pebble.FlushInfo) {
+			if w := db.flushJournal.Load(); w != nil {
+				db.indexedUpTo.Lock()
+				upTo := db.indexedUpTo.pos
+				db.indexedUpTo.Unlock()
+				if err := w.SyncTo(upTo); err != nil {
+					pebbleLogger{l: db.opts.Logger, db: db}.Fatalf("journal fdatasync before an index flush failed: %v", err)
+				}
 			}
-		}
-	}}
+		}}
 	po.EnsureDefaults()
 	if db.opts.PebbleOptions != nil {
 		db.opts.PebbleOptions(po)
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
 	db.pebbleOpts = po
+	if aside := db.opts.indexMovedAside; aside != "" {
+		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: aside, Err: errs.Wrap(errs.CodeIndexMismatch, db.opts.indexCorruption,
+			"the index failed a checksum while opening; it was moved to %s and is rebuilt from the segments", aside)})
+	}
 	path := db.fs.PathJoin(db.dir, IndexDir)
 	idx, err := pebble.Open(path, po)
 	if err != nil && indexUnreadable(err) {

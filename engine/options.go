@@ -87,6 +87,11 @@ type Options struct {
 	// fatalHook is for tests: see DB.fatalHook.
 	fatalHook func(msg string)
 
+	// indexMovedAside is set by Open for its second try, after the first
+	// found the index corrupt and moved it there; indexCorruption is why.
+	indexMovedAside string
+	indexCorruption error
+
 	// rebuildFromSnapshot makes a rebuild of a missing index start from the
 	// newest snapshot (set by RebuildIndex).
 	rebuildFromSnapshot bool
