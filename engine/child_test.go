@@ -135,7 +135,17 @@ func superviseLoop(t *testing.T, top, id string, start, step int) {
 				i, _ := strconv.Atoi(f[0])
 				lastDone = i
 				if len(f) > 1 && f[1] == "false" {
-					fail(i, "failed", segment.String())
+					if out := segment.String(); isPebbleOpenCleanupRace(out) {
+						// An upstream race, not ours: run the iteration
+						// again, alone, and hold it to its checks there.
+						if ok, again := passesWhenRerun(top, id, i); ok {
+							t.Logf("%s: op%d: Pebble's race between a failed Open's cleanup and its own compaction (known upstream); the iteration passed when run again", id, i)
+						} else {
+							fail(i, "failed (also when run again after Pebble's Open cleanup race)", again)
+						}
+					} else {
+						fail(i, "failed", out)
+					}
 				}
 				cur = -1
 			case strings.HasPrefix(line, "@@loop restart "):
@@ -159,12 +169,64 @@ func superviseLoop(t *testing.T, top, id string, start, step int) {
 		}
 		if verifyFatalStates(t, segment.String()) {
 			t.Logf("%s: op%d: Pebble's fatal path ended the process; the states a restart and a power loss would find recover", id, cur)
+		} else if isPebbleOpenCleanupRace(segment.String()) {
+			if ok, again := passesWhenRerun(top, id, cur); ok {
+				t.Logf("%s: op%d: Pebble's race between a failed Open's cleanup and its own compaction ended the process (known upstream); the iteration passed when run again", id, cur)
+			} else {
+				fail(cur, "killed the test process (also when run again after Pebble's Open cleanup race)", again)
+			}
 		} else {
 			fail(cur, fmt.Sprintf("killed the test process (%v): a panic outside the test goroutine, or an exit", runErr), segment.String())
 		}
 		start = cur + step
 	}
 	t.Errorf("%s: stopped after %d failed iterations", id, failed)
+}
+
+// isPebbleOpenCleanupRace reports whether an iteration's output holds one
+// data race report, between a failed pebble.Open's deferred cleanup (its
+// file cache, cleanup manager, …) and a compaction that Open had started
+// after flushing. Pebble v2.1.7's open.go does not wait for background
+// compactions on its error path; the stray compaction can go on to panic
+// on the closed file cache (integer divide by zero), which ends the child.
+// Our side can only avoid failing in Pebble's Open, which the
+// error-injection loops exist to do.
+func isPebbleOpenCleanupRace(output string) bool {
+	return strings.Count(output, "WARNING: DATA RACE") == 1 &&
+		strings.Contains(output, "pebble/v2.Open.func") &&
+		strings.Contains(output, "pebble/v2.(*DB).runPickedCompaction")
+}
+
+// rerunsForPebbleRace is how often an iteration that hit the race above
+// runs again, alone; one clean run passes it.
+const rerunsForPebbleRace = 3
+
+// passesWhenRerun runs iteration i of loop id alone up to
+// rerunsForPebbleRace times, until it passes, and returns the output of the
+// last run.
+func passesWhenRerun(top, id string, i int) (bool, string) {
+	var out string
+	for k := 0; k < rerunsForPebbleRace; k++ {
+		var ok bool
+		if ok, out = runOneIteration(top, id, i); ok {
+			return true, out
+		}
+	}
+	return false, out
+}
+
+// runOneIteration runs iteration i of loop id alone in a fresh child
+// process and reports whether it passed, with its output.
+func runOneIteration(top, id string, i int) (bool, string) {
+	args := []string{"-test.run=^" + top + "$", "-test.v", "-test.timeout=10m"}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	// A step past the loop's bound: iteration i and no other.
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", loopEnv, id, i, 100000))
+	out, _ := cmd.CombinedOutput()
+	return bytes.Contains(out, []byte(fmt.Sprintf("@@loop end %d true\n", i))), string(out)
 }
 
 var (
@@ -202,4 +264,30 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// TestPebbleOpenCleanupRaceIsRecognised: the two reports of the race seen
+// in TestErrorsDuringRecovery/middle/drop-unsynced op14 (make test's race
+// pass, and op14 run alone, 2026-11-25: once on the cleanup manager, once on
+// the file cache, followed by the compaction's panic) are recognised, and
+// neither a race with one of our frames instead nor an output with a second
+// race is.
+func TestPebbleOpenCleanupRaceIsRecognised(t *testing.T) {
+	for _, name := range []string{"pebble-open-cleanup-race.txt", "pebble-open-cleanup-race-2.txt"} {
+		b, err := os.ReadFile("testdata/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report := string(b)
+		if !isPebbleOpenCleanupRace(report) {
+			t.Errorf("%s: the recorded upstream race is not recognised", name)
+		}
+		ours := strings.ReplaceAll(report, "pebble/v2.Open.func", "anchordb/engine.(*DB).settle.func")
+		if isPebbleOpenCleanupRace(ours) {
+			t.Errorf("%s: a race with one of our frames is taken for the upstream one", name)
+		}
+		if isPebbleOpenCleanupRace(report + report) {
+			t.Errorf("%s: an output with two races is taken for the upstream one", name)
+		}
+	}
 }

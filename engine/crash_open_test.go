@@ -34,18 +34,8 @@ func TestCrashDuringCleanOpen(t *testing.T) {
 		}
 		acked := acks.snapshot()
 
-		var mu sync.Mutex
-		var clones []*vfs.MemFS
-		rng := rand.New(rand.NewPCG(uint64(pct), 7))
-		inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-			if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-				mu.Lock()
-				clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}))
-				mu.Unlock()
-			}
-			return nil
-		})
-		db, err = Open("db", crashOptions(errorfs.Wrap(mem, inj), false))
+		cc := newCloneEveryWrite(mem, pct, uint64(pct), 7)
+		db, err = Open("db", crashOptions(errorfs.Wrap(mem, cc), false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,9 +43,8 @@ func TestCrashDuringCleanOpen(t *testing.T) {
 			t.Fatalf("the first reopen after a clean close recovered: %+v", db.RecoveryReport())
 		}
 		// Open is done; the crash points are its writes only.
-		mu.Lock()
+		clones := cc.take()
 		opened := len(clones)
-		mu.Unlock()
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -100,28 +89,15 @@ func TestCrashDuringRecovery(t *testing.T) {
 	for si, st := range []crashPoint{states[0], states[len(states)/2], states[len(states)-1]} {
 		for _, pct := range []int{0, 50} {
 			base := st.fs.CrashClone(vfs.CrashCloneCfg{})
-			var mu sync.Mutex
-			var clones []*vfs.MemFS
-			rng := rand.New(rand.NewPCG(uint64(si), uint64(pct)))
-			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-				if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
-					mu.Lock()
-					clones = append(clones, base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))}))
-					mu.Unlock()
-				}
-				return nil
-			})
-			db, err := Open("db", injOptions(errorfs.Wrap(base, inj), false))
+			cc := newCloneEveryWrite(base, pct, uint64(si), uint64(pct))
+			db, err := Open("db", injOptions(errorfs.Wrap(base, cc), false))
 			if err != nil {
 				t.Fatalf("state %d: recovery: %v", si, err)
 			}
 			if db.RecoveryReport().Clean {
 				t.Fatalf("state %d: an unclean state opened clean", si)
 			}
-			mu.Lock()
-			recovered := clones
-			clones = nil
-			mu.Unlock()
+			recovered := cc.take()
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -135,4 +111,39 @@ func TestCrashDuringRecovery(t *testing.T) {
 			}
 		}
 	}
+}
+
+// cloneEveryWrite is an errorfs.Injector that injects nothing and takes a
+// crash clone of mem before every write operation, keeping unsynced data
+// with probability pct/100.
+type cloneEveryWrite struct {
+	mem    *vfs.MemFS
+	pct    int
+	mu     sync.Mutex
+	rng    *rand.Rand
+	clones []*vfs.MemFS
+}
+
+func newCloneEveryWrite(mem *vfs.MemFS, pct int, seed1, seed2 uint64) *cloneEveryWrite {
+	return &cloneEveryWrite{mem: mem, pct: pct, rng: rand.New(rand.NewPCG(seed1, seed2))}
+}
+
+func (c *cloneEveryWrite) String() string { return "clone-every-write" }
+
+func (c *cloneEveryWrite) MaybeError(op errorfs.Op) error {
+	if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+		c.mu.Lock()
+		c.clones = append(c.clones, c.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: c.pct, RNG: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))}))
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// take returns the clones so far and forgets them.
+func (c *cloneEveryWrite) take() []*vfs.MemFS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.clones
+	c.clones = nil
+	return out
 }
