@@ -113,13 +113,7 @@ func superviseLoop(t *testing.T, top, id string, start, step int) {
 		}
 	}()
 	for failed < maxLoopFailures {
-		args := []string{"-test.run=^" + top + "$", "-test.v", "-test.timeout=10m"}
-		if testing.Short() {
-			args = append(args, "-test.short")
-		}
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", loopEnv, id, start, step))
-		out, runErr := cmd.CombinedOutput()
+		out, runErr := childCmd(top, id, start, step).CombinedOutput()
 		cur, lastDone, restart := -1, -1, -1
 		var segment bytes.Buffer
 		sc := bufio.NewScanner(bytes.NewReader(out))
@@ -215,17 +209,23 @@ func passesWhenRerun(top, id string, i int) (bool, string) {
 	return false, out
 }
 
-// runOneIteration runs iteration i of loop id alone in a fresh child
-// process and reports whether it passed, with its output.
-func runOneIteration(top, id string, i int) (bool, string) {
+// childCmd is a child process of this test binary running loop id of the
+// top-level test top from iteration start by step.
+func childCmd(top, id string, start, step int) *exec.Cmd {
 	args := []string{"-test.run=^" + top + "$", "-test.v", "-test.timeout=10m"}
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}
 	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", loopEnv, id, start, step))
+	return cmd
+}
+
+// runOneIteration runs iteration i of loop id alone in a fresh child
+// process and reports whether it passed, with its output.
+func runOneIteration(top, id string, i int) (bool, string) {
 	// A step past the loop's bound: iteration i and no other.
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%d,%d", loopEnv, id, i, 100000))
-	out, _ := cmd.CombinedOutput()
+	out, _ := childCmd(top, id, i, 100000).CombinedOutput()
 	return bytes.Contains(out, []byte(fmt.Sprintf("@@loop end %d true\n", i))), string(out)
 }
 

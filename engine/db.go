@@ -165,16 +165,17 @@ func Open(dir string, opts Options) (*DB, error) {
 			_ = db.closeIndex()
 		}
 		_ = db.files.close()
-		if pebble.IsCorruptionError(err) && opts.indexMovedAside == "" {
-			// Open read a block of the index that fails its checksum. The
-			// index is a projection: treat it as unreadable (index.go) —
-			// moved aside, under the lock, and rebuilt by a second Open.
+		if (errors.Is(err, errIndexUnreadable) || pebble.IsCorruptionError(err)) && opts.indexMovedAside == "" {
+			// Pebble refused the index for its own bytes, or Open read a
+			// block of it that fails its checksum. The index is a
+			// projection (SPEC §3): it is moved aside, under the lock, and
+			// rebuilt from the segments by a second Open, like a lost one.
 			aside, merr := db.moveIndexAside(db.fs.PathJoin(dir, IndexDir))
 			_ = lock.Close()
 			if merr != nil {
 				return nil, errors.Join(err, merr)
 			}
-			opts.indexMovedAside, opts.indexCorruption = aside, err
+			opts.indexMovedAside, opts.indexUnreadable = aside, err
 			return Open(dir, opts)
 		}
 		_ = lock.Close()

@@ -108,22 +108,13 @@ func (db *DB) openIndex() (err error) {
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
 	db.pebbleOpts = po
 	if aside := db.opts.indexMovedAside; aside != "" {
-		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: aside, Err: errs.Wrap(errs.CodeIndexMismatch, db.opts.indexCorruption,
-			"the index failed a checksum while opening; it was moved to %s and is rebuilt from the segments", aside)})
+		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: aside, Err: errs.Wrap(errs.CodeIndexMismatch, db.opts.indexUnreadable,
+			"the index could not be read; it was moved to %s and is rebuilt from the segments", aside)})
 	}
-	path := db.fs.PathJoin(db.dir, IndexDir)
-	idx, err := pebble.Open(path, po)
+	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
 	if err != nil && indexUnreadable(err) {
-		// The index is a projection (SPEC §3): one that does not open is
-		// as good as lost, and is rebuilt from the segments like a lost
-		// one. Its files are kept, moved aside, for an operator.
-		aside, merr := db.moveIndexAside(path)
-		if merr != nil {
-			return errors.Join(errs.Wrap(errs.CodeWriteFailed, err, "open index"), merr)
-		}
-		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: aside, Err: errs.Wrap(errs.CodeIndexMismatch, err,
-			"the index does not open; it was moved to %s and is rebuilt from the segments", aside)})
-		idx, err = pebble.Open(path, po)
+		// Open moves it aside and tries again (db.go).
+		return errs.Wrap(errs.CodeIndexMismatch, fmt.Errorf("%w: %w", errIndexUnreadable, err), "open index")
 	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open index")
@@ -131,6 +122,10 @@ func (db *DB) openIndex() (err error) {
 	db.index = idx
 	return nil
 }
+
+// errIndexUnreadable marks a pebble.Open that failed on the index's own
+// bytes (indexUnreadable).
+var errIndexUnreadable = errors.New("the index does not open")
 
 // indexUnreadable reports whether pebble.Open failed on the index's own
 // bytes — a corrupt file, or a file its MANIFEST or marker names that is

@@ -88,9 +88,9 @@ type Options struct {
 	fatalHook func(msg string)
 
 	// indexMovedAside is set by Open for its second try, after the first
-	// found the index corrupt and moved it there; indexCorruption is why.
+	// could not read the index and moved it there; indexUnreadable is why.
 	indexMovedAside string
-	indexCorruption error
+	indexUnreadable error
 
 	// rebuildFromSnapshot makes a rebuild of a missing index start from the
 	// newest snapshot (set by RebuildIndex).

@@ -216,17 +216,6 @@ type tornSegment struct {
 func (rc *reconciler) removeTorn(dir, pathID string, torn []tornSegment) error {
 	db := rc.db
 	for _, t := range torn {
-		// Nothing since has written there (recovery does not create
-		// segments after journal replay), but removing is not undoable:
-		// look again.
-		size, _, herr := rc.readHeader(t.path)
-		var fe *segment.FrameError
-		if herr != nil && !errors.As(herr, &fe) {
-			return herr
-		}
-		if herr == nil || fe.Kind != segment.Torn || size != t.size {
-			return errs.New(errs.CodeWriteFailed, "torn segment %s changed during recovery", t.path)
-		}
 		saved, err := rc.saveCut(t.path, pathID, t.segno, 0, t.size)
 		if err != nil {
 			return err

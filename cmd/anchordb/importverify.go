@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"io"
 
@@ -124,7 +123,7 @@ func (v *chunkVerifier) loadChunk() error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "read the import file")
 	}
 	sum := blake3.Sum256(buf)
-	if !bytes.Equal(sum[:], v.sums[v.next][:]) {
+	if sum != v.sums[v.next] {
 		start := int64(v.next) * int64(importChunk)
 		return errs.Wrap(errs.CodeInvalidInput, errImportChanged, "bytes %d–%d are not the bytes checked", start, start+int64(size))
 	}
