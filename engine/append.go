@@ -22,8 +22,8 @@ type Entry struct {
 	// return the original receipt instead of appending again (SPEC §7).
 	IdempotencyKey []byte
 	// Counter, if nonzero, is used as the merge counter; it must be greater
-	// than the anchor's last counter (else STATE_002). Zero: the Lamport clock
-	// assigns one.
+	// than the anchor's last counter (else STATE_002) and at most
+	// MaxCallerCounter (else INPUT_001). Zero: the Lamport clock assigns one.
 	Counter uint64
 	// Time, if nonzero, is recorded as the record time; zero: now.
 	Time time.Time
@@ -46,9 +46,18 @@ const MaxBatchBytes = 256 << 20
 // admission byte bound) besides its key, value and idempotency key.
 const RecordOverhead = 128
 
-// MaxCounter is the largest counter the engine accepts, so counters always
+// MaxCounter is the largest counter a record may carry, so counters always
 // fit a signed 64-bit integer (and JSON consumers that parse them as such).
 const MaxCounter = math.MaxInt64
+
+// MaxCallerCounter is the largest counter a caller may supply (Entry.Counter,
+// `--counter`, an imported line's counter): half of MaxCounter. The Lamport
+// clock follows the highest counter the database has seen, so a caller
+// counter near MaxCounter would leave the clock nowhere to go, and every
+// later default-counter append on every anchor would be refused. Above this
+// one, 2^62 default counters are still left. Records that arrive verbatim
+// (ingest) keep their counters up to MaxCounter.
+const MaxCallerCounter = MaxCounter / 2
 
 // Put appends a put of key=value to the anchor's log.
 func (db *DB) Put(ctx context.Context, anchor string, key, value []byte, opts ...WriteOption) (Receipt, error) {
@@ -102,8 +111,8 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 			}
 			return nil, err
 		}
-		if e.Counter > MaxCounter {
-			return nil, errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d", e.Counter, uint64(MaxCounter))
+		if e.Counter > MaxCallerCounter {
+			return nil, counterTooLarge(e.Counter)
 		}
 		bytes += int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)
 	}
@@ -248,3 +257,8 @@ func (db *DB) writable() error {
 }
 
 var errClosed = errs.New(errs.CodeWriteFailed, "database is closed")
+
+// counterTooLarge is the refusal of a caller counter above MaxCallerCounter.
+func counterTooLarge(c uint64) error {
+	return errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d for a counter a caller supplies", c, uint64(MaxCallerCounter))
+}

@@ -193,8 +193,9 @@ func TestInputLimits(t *testing.T) {
 		{"put without a key", Entry{Anchor: "lim", Type: segment.TypePut, Value: []byte("v")}, "key"},
 		{"delete without a key", Entry{Anchor: "lim", Type: segment.TypeDelete}, "key"},
 		{"delete with a value", Entry{Anchor: "lim", Type: segment.TypeDelete, Key: []byte("k"), Value: []byte("v")}, "value"},
-		{"counter above MaxCounter", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: MaxCounter + 1}, strconv.FormatUint(MaxCounter, 10)},
-		{"counter 2^64-1", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: ^uint64(0)}, strconv.FormatUint(MaxCounter, 10)},
+		{"counter above MaxCallerCounter", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: MaxCallerCounter + 1}, strconv.FormatUint(MaxCallerCounter, 10)},
+		{"counter MaxCounter", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: MaxCounter}, strconv.FormatUint(MaxCallerCounter, 10)},
+		{"counter 2^64-1", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: ^uint64(0)}, strconv.FormatUint(MaxCallerCounter, 10)},
 	}
 	// Pebble's own directory changes on its own (compactions, obsolete
 	// files): index rows are checked through Anchors and the metrics
@@ -270,16 +271,33 @@ func TestInputLimits(t *testing.T) {
 		}
 	}
 
-	// The largest counter is accepted; the Lamport clock then has nowhere to
-	// go, and a default-counter append is refused with a code, appending
-	// nothing.
-	r, err := db.Append(ctx, Entry{Anchor: "maxc", Type: segment.TypePut, Key: []byte("m"), Value: []byte("v"), Counter: MaxCounter})
-	if err != nil || r.Counter != MaxCounter {
-		t.Fatalf("counter MaxCounter: %+v %v", r, err)
+	// The largest counter a caller may supply is accepted, and leaves the
+	// Lamport clock room: default-counter appends go on after it, on every
+	// anchor. (Before the caller limit, a counter of MaxCounter made every
+	// later default-counter append fail with the clock exhausted.)
+	r, err := db.Append(ctx, Entry{Anchor: "maxc", Type: segment.TypePut, Key: []byte("m"), Value: []byte("v"), Counter: MaxCallerCounter})
+	if err != nil || r.Counter != MaxCallerCounter {
+		t.Fatalf("counter MaxCallerCounter: %+v %v", r, err)
+	}
+	for i, anchor := range []string{"after-max", "maxc", "after-max"} {
+		r, err := db.Put(ctx, anchor, []byte("k"), []byte("v"))
+		if want := MaxCallerCounter + 1 + uint64(i); err != nil || r.Counter != want {
+			t.Fatalf("default counter after MaxCallerCounter on %q: %+v %v, want counter %d", anchor, r, err, want)
+		}
+	}
+
+	// A record arriving verbatim (ingest) may carry any counter up to
+	// MaxCounter: one that does exhausts the clock, and a default-counter
+	// append is then refused with a code, appending nothing.
+	rec := segment.Record{Anchor: "maxc-ingested", Seq: 1, Counter: MaxCounter, Time: 1, Type: segment.TypePut,
+		Key: []byte("m"), Value: []byte("v"), PrevHash: segment.GenesisHash("maxc-ingested")}
+	rec.Hash = rec.ComputeHash()
+	if err := db.appendVerbatim(ctx, []segment.Record{rec}); err != nil {
+		t.Fatalf("verbatim record with counter MaxCounter: %v", err)
 	}
 	before := anchorIDs(t, db)
-	if _, err := db.Put(ctx, "after-max", []byte("k"), []byte("v")); err == nil || CodeOf(err) == "" {
-		t.Errorf("a default counter past MaxCounter: want a coded refusal, got %v", err)
+	if _, err := db.Put(ctx, "after-exhausted", []byte("k"), []byte("v")); !errors.Is(err, ErrConflict) {
+		t.Errorf("a default counter past MaxCounter: want STATE_002, got %v", err)
 	}
 	if ids := anchorIDs(t, db); !slices.Equal(ids, before) {
 		t.Errorf("the refused append changed the anchors: %q → %q", before, ids)

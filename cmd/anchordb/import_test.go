@@ -150,6 +150,8 @@ func TestImportErrors(t *testing.T) {
 		{"counter fraction", []string{`{"anchor":"e","key":"k","counter":1.5}`}, "INPUT_001", 2, 1, 0},
 		{"counter negative", []string{`{"anchor":"e","key":"k","counter":-3}`}, "INPUT_001", 2, 1, 0},
 		{"counter too big", []string{`{"anchor":"e","key":"k","counter":9223372036854775808}`}, "INPUT_001", 2, 1, 0},
+		{"counter above the caller limit", []string{`{"anchor":"e","key":"k","counter":4611686018427387904}`}, "INPUT_001", 2, 1, 0},
+		{"local_counter above the caller limit", []string{`{"anchor_id":"e","local_counter":4611686018427387904,"event_type":"X"}`}, "INPUT_001", 2, 1, 0},
 		{"bad time", []string{`{"anchor":"e","key":"k","time":"yesterday"}`}, "INPUT_001", 2, 1, 0},
 		{"delete with value", []string{`{"anchor":"e","type":"delete","key":"k","value":"v"}`}, "INPUT_001", 2, 1, 0},
 		{"mixed forms", []string{`{"anchor_id":"e","anchor":"e","event_type":"X"}`}, "INPUT_001", 2, 1, 0},

@@ -29,7 +29,7 @@ var importCmd = &command{
   {"anchor":"a","type":"put","key":"k","value":"v","idempotency_key":"op-1","counter":42,"time":"…"}
       type defaults to "put" when absent or null (an empty one is refused); key, value
       and idempotency_key are a JSON string or {"b64":"<standard base64>"}, and an
-      idempotency_key, when given, is 1..256 bytes; counter (1..2^63-1) and time (RFC 3339) are optional:
+      idempotency_key, when given, is 1..256 bytes; counter (1..2^62-1) and time (RFC 3339) are optional:
       without them the database clock assigns the counter and the time is now.
       Unknown fields are refused.
   {"anchor_id":"a","local_counter":5,"event_type":"T","payload":…,"timestamp":"…"}
@@ -689,7 +689,7 @@ func bytesField(m map[string]json.RawMessage, name string) ([]byte, error) {
 	return b, nil
 }
 
-// counterField reads a counter: an integer 1..MaxCounter. Absent or null is 0
+// counterField reads a counter: an integer 1..MaxCallerCounter. Absent or null is 0
 // (the database clock assigns one).
 func counterField(m map[string]json.RawMessage, name string) (uint64, error) {
 	raw, ok := present(m, name)
@@ -697,9 +697,9 @@ func counterField(m map[string]json.RawMessage, name string) (uint64, error) {
 		return 0, nil
 	}
 	c, err := strconv.ParseUint(string(bytes.TrimSpace(raw)), 10, 64)
-	if err != nil || c == 0 || c > engine.MaxCounter {
+	if err != nil || c == 0 || c > engine.MaxCallerCounter {
 		return 0, errs.New(errs.CodeInvalidInput, "%q is %s: it must be an integer 1..%d (omit it to let the database clock assign one)",
-			name, raw, uint64(engine.MaxCounter))
+			name, raw, uint64(engine.MaxCallerCounter))
 	}
 	return c, nil
 }

@@ -580,6 +580,17 @@ func TestIdempotencyAndCounters(t *testing.T) {
 	r := runCLI(t, "--dir", dir, "--json", "put", "--counter", "9223372036854775808", "c", "k", "v")
 	wantCode(t, r, 2)
 	errObj(t, r, "INPUT_001")
+	// The caller limit leaves the clock room (engine.MaxCallerCounter).
+	r = runCLI(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387904", "c", "k", "v")
+	wantCode(t, r, 2)
+	if e := errObj(t, r, "INPUT_001"); !strings.Contains(str(t, e, "message"), "4611686018427387903") {
+		t.Errorf("the refusal does not name the limit: %v", e)
+	}
+	mustRun(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387903", "c", "k", "v")
+	c = mustRun(t, "--dir", dir, "--json", "put", "d", "k", "v")
+	if num(t, obj(t, c.stdout), "counter") != 4611686018427387904 {
+		t.Fatalf("the clock after the largest caller counter: %v", c)
+	}
 }
 
 func TestScan(t *testing.T) {

@@ -37,7 +37,7 @@ func (w *writeFlags) check(cmd string) error {
 		return usagef(cmd, "--idempotency-key is empty: an idempotency key is 1..%d bytes (omit the flag for none)", segment.DefaultLimits().MaxIdempotencyKey)
 	}
 	if w.fs.Changed("counter") && w.counter == 0 {
-		return usagef(cmd, "--counter 0: a counter is 1..%d (omit the flag to let the database clock assign one)", uint64(engine.MaxCounter))
+		return usagef(cmd, "--counter 0: a counter is 1..%d (omit the flag to let the database clock assign one)", uint64(engine.MaxCallerCounter))
 	}
 	return nil
 }
@@ -58,8 +58,8 @@ func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
 	if err := segment.ValidateContent(ent.Anchor, ent.Type, ent.Key, ent.Value, ent.IdempotencyKey, segment.DefaultLimits()); err != nil {
 		return err
 	}
-	if ent.Counter > engine.MaxCounter {
-		return errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d", ent.Counter, uint64(engine.MaxCounter))
+	if ent.Counter > engine.MaxCallerCounter {
+		return errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d for a counter a caller supplies", ent.Counter, uint64(engine.MaxCallerCounter))
 	}
 	if err := e.ctx.Err(); err != nil {
 		return err // interrupted (e.g. while reading the payload): append nothing
