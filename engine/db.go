@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -121,6 +122,10 @@ type DB struct {
 	// the panic that ends the process (see pebbleLogger.Fatalf).
 	fatalHook func(msg string)
 	opened    time.Time
+	// retry is set on Open's second try, after the first moved an
+	// unreadable index aside; gate holds corruption reports until Open ends.
+	retry *indexRetry
+	gate  openGate
 }
 
 // Open opens (creating if needed) the database in dir for reading and
@@ -132,13 +137,42 @@ func Open(dir string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	db, retry, err := openOnce(dir, opts, nil)
+	if retry != nil {
+		// The first try moved an unreadable index aside: rebuild it.
+		db, _, err = openOnce(dir, opts, retry)
+	}
+	return db, err
+}
+
+// indexRetry is what an Open that could not read the index hands the
+// second try, after moving the index aside.
+type indexRetry struct {
+	aside string // where the index went
+	cause error  // why it could not be read
+	// events are what the first try's recovery did to the files before it
+	// met the unreadable index: cuts and removals the second try finds
+	// done and would not report.
+	events []RecoveryEvent
+}
+
+// carriedEvents are the kinds of recovery event a second try finds already
+// done to the files, so only the first try can report them.
+var carriedEvents = []string{EventRestored, EventCut, EventRemoved, EventTruncationFinished}
+
+// openOnce opens the database once. When Pebble refuses the index for its
+// own bytes, or a block of it fails its checksum while Open reads it, the
+// index is moved aside, under the lock, and the returned indexRetry asks
+// for a second try, which rebuilds it from the segments like a lost one
+// (retry says what the first try did). The index is a projection (SPEC §3).
+func openOnce(dir string, opts Options, retry *indexRetry) (*DB, *indexRetry, error) {
 	fs := opts.FS
 	if err := mkdirAllSynced(fs, dir); err != nil {
-		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
+		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
 	}
 	lock, err := lockDir(fs, dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	db := &DB{
 		dir: dir, opts: opts, fs: fs, lock: lock,
@@ -152,12 +186,22 @@ func Open(dir string, opts Options) (*DB, error) {
 		cuts:            make(map[string]uint64),
 		bufferedAnchors: make(map[*anchor]struct{}),
 		opened:          time.Now(),
+		retry:           retry,
+	}
+	if retry != nil {
+		db.recovery.Events = append(db.recovery.Events, retry.events...)
 	}
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
 	db.adm.init(&opts)
-	if err := db.open(); err != nil {
+	err = db.open()
+	if err == nil {
+		// A corruption Pebble met while Open ran, on a read that did not
+		// fail Open itself (table stats, a compaction), is Open's too.
+		err = db.serve()
+	}
+	if err != nil {
 		if db.journal != nil {
 			_ = db.journal.Close()
 		}
@@ -165,28 +209,30 @@ func Open(dir string, opts Options) (*DB, error) {
 			_ = db.closeIndex()
 		}
 		_ = db.files.close()
-		if (errors.Is(err, errIndexUnreadable) || pebble.IsCorruptionError(err)) && opts.indexMovedAside == "" {
-			// Pebble refused the index for its own bytes, or Open read a
-			// block of it that fails its checksum. The index is a
-			// projection (SPEC §3): it is moved aside, under the lock, and
-			// rebuilt from the segments by a second Open, like a lost one.
+		if (errors.Is(err, errIndexUnreadable) || pebble.IsCorruptionError(err)) && retry == nil {
 			aside, merr := db.moveIndexAside(db.fs.PathJoin(dir, IndexDir))
 			_ = lock.Close()
 			if merr != nil {
-				return nil, errors.Join(err, merr)
+				// An I/O failure (IO_001), whatever the index's state.
+				return nil, nil, errs.Wrap(errs.CodeWriteFailed, errors.Join(merr, err), "the index could not be read, and moving it aside failed")
 			}
-			opts.indexMovedAside, opts.indexUnreadable = aside, err
-			return Open(dir, opts)
+			next := &indexRetry{aside: aside, cause: err}
+			for _, ev := range db.RecoveryReport().Events {
+				if slices.Contains(carriedEvents, ev.Kind) {
+					next.events = append(next.events, ev)
+				}
+			}
+			return nil, next, nil
 		}
 		_ = lock.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	db.bg.Add(2)
 	db.settler.Add(1)
 	go db.applier.runSyncer(db)
 	go db.applier.runApplier(db)
 	go db.settleLoop()
-	return db, nil
+	return db, nil, nil
 }
 
 func (db *DB) open() error {
@@ -400,7 +446,7 @@ func (db *DB) startJournal() error {
 		gen = gens[len(gens)-1] + 1
 	}
 	w, err := journal.Create(db.fs, dir, gen, journal.Options{
-		Prealloc: db.opts.JournalPrealloc,
+		Prealloc: max(db.opts.JournalPrealloc, 0),
 		PreallocFailed: func(gen uint64, err error) {
 			db.opts.Logger.Errorf("anchordb: journal %s: writing zeros ahead of its blocks failed (its fsyncs will grow the file from here): %v", journal.FileName(gen), err)
 		},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
@@ -89,6 +90,9 @@ func (db *DB) openIndex() (err error) {
 		// instead (a compaction over the block would fail too, and the
 		// stalled index would hang them), naming the cure.
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			if db.corruptionDuringOpen(info) {
+				return
+			}
 			_ = db.fail(errs.New(errs.CodeIndexMismatch, "index corruption: %s; rebuild the index (anchordb rebuild-index, or reopen: an Open that meets it rebuilds)", info))
 		},
 		FlushBegin: func(pebble.FlushInfo) {
@@ -107,9 +111,9 @@ func (db *DB) openIndex() (err error) {
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
 	db.pebbleOpts = po
-	if aside := db.opts.indexMovedAside; aside != "" {
-		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: aside, Err: errs.Wrap(errs.CodeIndexMismatch, db.opts.indexUnreadable,
-			"the index could not be read; it was moved to %s and is rebuilt from the segments", aside)})
+	if r := db.retry; r != nil {
+		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: r.aside, Err: errs.Wrap(errs.CodeIndexMismatch, r.cause,
+			"the index could not be read; it was moved to %s and is rebuilt from the segments", r.aside)})
 	}
 	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
 	if err != nil && indexUnreadable(err) {
@@ -126,6 +130,42 @@ func (db *DB) openIndex() (err error) {
 // errIndexUnreadable marks a pebble.Open that failed on the index's own
 // bytes (indexUnreadable).
 var errIndexUnreadable = errors.New("the index does not open")
+
+// openGate holds back, while Open runs, a corruption Pebble reports on a
+// read of its own (table stats, a compaction) that Open did not make: the
+// database is not serving yet, so it is Open's to act on (move the index
+// aside and rebuild it), not a reason to log that writes stopped on a
+// database that a second try then opens.
+type openGate struct {
+	mu      sync.Mutex
+	serving bool
+	seen    error // the first corruption reported before serving
+}
+
+// corruptionDuringOpen keeps a corruption reported before the database
+// serves, and reports whether it did.
+func (db *DB) corruptionDuringOpen(info pebble.DataCorruptionInfo) bool {
+	g := &db.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.serving {
+		return false
+	}
+	if g.seen == nil {
+		g.seen = errs.Wrap(errs.CodeIndexMismatch, fmt.Errorf("%w: %s", errIndexUnreadable, info), "index corruption while opening")
+	}
+	return true
+}
+
+// serve ends Open's hold on corruption reports: from here on they stop
+// writes. It returns the one reported during Open, if any.
+func (db *DB) serve() error {
+	g := &db.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.serving = true
+	return g.seen
+}
 
 // indexUnreadable reports whether pebble.Open failed on the index's own
 // bytes — a corrupt file, or a file its MANIFEST or marker names that is
@@ -148,7 +188,17 @@ func (db *DB) moveIndexAside(path string) (string, error) {
 	if err := db.fs.MkdirAll(lf, 0o755); err != nil {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", lf)
 	}
+	// Named by the time, and never over an earlier one (a clock that
+	// repeats, as a test's may, must not make every later Open fail).
 	aside := db.fs.PathJoin(lf, fmt.Sprintf("%s-%d", IndexDir, db.opts.Clock().UnixNano()))
+	for i := 1; ; i++ {
+		if _, err := db.fs.Stat(aside); oserrorIsNotExist(err) {
+			break
+		} else if err != nil {
+			return "", errs.Wrap(errs.CodeWriteFailed, err, "stat %s", aside)
+		}
+		aside = db.fs.PathJoin(lf, fmt.Sprintf("%s-%d-%d", IndexDir, db.opts.Clock().UnixNano(), i))
+	}
 	if err := db.fs.Rename(path, aside); err != nil {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "move the unreadable index to %s", aside)
 	}

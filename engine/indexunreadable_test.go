@@ -25,6 +25,13 @@ func closedWithManifest(t *testing.T) (*vfs.MemFS, []ackedEntry, string) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return mem, acks.snapshot(), manifestOf(t, mem)
+}
+
+// manifestOf returns the path of the MANIFEST the marker of the closed
+// database's index in mem names.
+func manifestOf(t *testing.T, mem *vfs.MemFS) string {
+	t.Helper()
 	names, err := mem.List("db/index")
 	if err != nil {
 		t.Fatal(err)
@@ -32,11 +39,11 @@ func closedWithManifest(t *testing.T) (*vfs.MemFS, []ackedEntry, string) {
 	for _, n := range names {
 		if m, ok := strings.CutPrefix(n, "marker.manifest."); ok {
 			_, file, _ := strings.Cut(m, ".")
-			return mem, acks.snapshot(), mem.PathJoin("db/index", file)
+			return mem.PathJoin("db/index", file)
 		}
 	}
 	t.Fatalf("no manifest marker among %q", names)
-	return nil, nil, ""
+	return ""
 }
 
 // TestUnreadableIndexIsRebuilt: an index that Pebble cannot open because

@@ -87,11 +87,6 @@ type Options struct {
 	// fatalHook is for tests: see DB.fatalHook.
 	fatalHook func(msg string)
 
-	// indexMovedAside is set by Open for its second try, after the first
-	// could not read the index and moved it there; indexUnreadable is why.
-	indexMovedAside string
-	indexUnreadable error
-
 	// rebuildFromSnapshot makes a rebuild of a missing index start from the
 	// newest snapshot (set by RebuildIndex).
 	rebuildFromSnapshot bool
@@ -135,11 +130,10 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SettleInterval == 0 {
 		o.SettleInterval = 30 * time.Second
 	}
-	switch {
-	case o.JournalPrealloc == 0:
+	if o.JournalPrealloc == 0 {
+		// Negative (off) stays negative: Options() hands these back, and
+		// an Open with them must mean the same (withDefaults is idempotent).
 		o.JournalPrealloc = journal.DefaultPrealloc
-	case o.JournalPrealloc < 0:
-		o.JournalPrealloc = 0
 	}
 	if o.MaxInFlightRecords == 0 {
 		o.MaxInFlightRecords = 1 << 16
