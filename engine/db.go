@@ -195,7 +195,16 @@ func openOnce(dir string, opts Options, retry *indexRetry) (*DB, *indexRetry, er
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
 	db.adm.init(&opts)
-	err = db.open()
+	if marked, cause := db.indexMarkedCorrupt(); marked && (retry == nil || !errors.Is(cause, errIndexUnreadable)) {
+		err = cause // moved aside below without opening it, or an I/O error
+	} else {
+		err = db.open()
+	}
+	if err == nil && retry != nil {
+		// The rebuilt index is durable (Open settled): the marker that
+		// may have asked for it has done its work.
+		err = clearIndexCorrupt(db.fs, db.dir)
+	}
 	if err == nil {
 		// A corruption Pebble met while Open ran, on a read that did not
 		// fail Open itself (table stats, a compaction), is Open's too.

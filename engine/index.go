@@ -3,12 +3,15 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // pebbleFatal is what Pebble's Fatalf becomes: a panic the engine recovers at
@@ -93,7 +96,12 @@ func (db *DB) openIndex() (err error) {
 			if db.corruptionDuringOpen(info) {
 				return
 			}
-			_ = db.fail(errs.New(errs.CodeIndexMismatch, "index corruption: %s; rebuild the index (anchordb rebuild-index, or reopen: an Open that meets it rebuilds)", info))
+			cure := "the next Open rebuilds it"
+			if err := db.markIndexCorrupt(info); err != nil {
+				db.opts.Logger.Errorf("anchordb: %v", err)
+				cure = "rebuild it: anchordb rebuild-index"
+			}
+			_ = db.fail(errs.New(errs.CodeIndexMismatch, "index corruption: %s; %s", info, cure))
 		},
 		FlushBegin: func(pebble.FlushInfo) {
 			if w := db.flushJournal.Load(); w != nil {
@@ -112,8 +120,12 @@ func (db *DB) openIndex() (err error) {
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
 	db.pebbleOpts = po
 	if r := db.retry; r != nil {
+		where := "it was moved to " + r.aside
+		if r.aside == "" {
+			where = "it was gone already"
+		}
 		db.event(RecoveryEvent{Kind: EventIndexUnreadable, File: r.aside, Err: errs.Wrap(errs.CodeIndexMismatch, r.cause,
-			"the index could not be read; it was moved to %s and is rebuilt from the segments", r.aside)})
+			"the index could not be read; %s and is rebuilt from the segments", where)})
 	}
 	idx, err := pebble.Open(db.fs.PathJoin(db.dir, IndexDir), po)
 	if err != nil && indexUnreadable(err) {
@@ -140,6 +152,7 @@ type openGate struct {
 	mu      sync.Mutex
 	serving bool
 	seen    error // the first corruption reported before serving
+	marked  bool  // IndexCorruptMarker written by this session
 }
 
 // corruptionDuringOpen keeps a corruption reported before the database
@@ -155,6 +168,71 @@ func (db *DB) corruptionDuringOpen(info pebble.DataCorruptionInfo) bool {
 		g.seen = errs.Wrap(errs.CodeIndexMismatch, fmt.Errorf("%w: %s", errIndexUnreadable, info), "index corruption while opening")
 	}
 	return true
+}
+
+// IndexCorruptMarker is the file, under the database root, that records a
+// corruption of the index met while the database ran (the DataCorruption
+// event). An Open that finds it moves the index aside and rebuilds it, as
+// for an index that does not open, and removes it once the new index is
+// durable: a corrupt block that Open itself would not read (a running
+// database meets it in a Get or a compaction) is still cured by a reopen.
+const IndexCorruptMarker = "INDEX-CORRUPT"
+
+// markIndexCorrupt writes the marker, durably, with what Pebble reported.
+// The first report is enough; later ones leave it as it is.
+func (db *DB) markIndexCorrupt(info pebble.DataCorruptionInfo) error {
+	db.gate.mu.Lock()
+	defer db.gate.mu.Unlock()
+	if db.gate.marked {
+		return nil
+	}
+	if err := writeFileAtomic(db.fs, db.dir, IndexCorruptMarker, []byte(info.String()+"\n")); err != nil {
+		return fmt.Errorf("index corruption: recording it for the next Open failed: %w", err)
+	}
+	db.gate.marked = true
+	return nil
+}
+
+// indexMarkedCorrupt reports whether the index was marked corrupt and
+// returns why (an error that asks for the index to be moved aside), or the
+// I/O error that kept it from reading the marker.
+func (db *DB) indexMarkedCorrupt() (bool, error) {
+	path := db.fs.PathJoin(db.dir, IndexCorruptMarker)
+	f, err := db.fs.Open(path)
+	if oserrorIsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return true, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 4<<10))
+	if err != nil {
+		return true, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+	}
+	return true, errs.Wrap(errs.CodeIndexMismatch, fmt.Errorf("%w: %s", errIndexUnreadable, strings.TrimSpace(string(b))),
+		"the index was found corrupt while the database ran (%s)", IndexCorruptMarker)
+}
+
+// clearIndexCorrupt removes the marker from the database in dir, durably:
+// once a rebuilt index is durable, or once rebuild-index has removed the
+// index it named.
+func clearIndexCorrupt(fs vfs.FS, dir string) error {
+	path := fs.PathJoin(dir, IndexCorruptMarker)
+	if err := fs.Remove(path); err != nil {
+		if oserrorIsNotExist(err) {
+			return nil
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", path)
+	}
+	d, err := fs.OpenDir(dir)
+	if err == nil {
+		err = errors.Join(d.Sync(), d.Close())
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "fsync directory %s", dir)
+	}
+	return nil
 }
 
 // serve ends Open's hold on corruption reports: from here on they stop
@@ -190,6 +268,11 @@ func (db *DB) moveIndexAside(path string) (string, error) {
 	}
 	// Named by the time, and never over an earlier one (a clock that
 	// repeats, as a test's may, must not make every later Open fail).
+	if _, err := db.fs.Stat(path); oserrorIsNotExist(err) {
+		// Nothing to move: a crash came between an earlier move and the
+		// new index (IndexCorruptMarker asked for this one).
+		return "", nil
+	}
 	aside := db.fs.PathJoin(lf, fmt.Sprintf("%s-%d", IndexDir, db.opts.Clock().UnixNano()))
 	for i := 1; ; i++ {
 		if _, err := db.fs.Stat(aside); oserrorIsNotExist(err) {

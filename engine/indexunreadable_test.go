@@ -191,26 +191,110 @@ func TestCorruptIndexBlock(t *testing.T) {
 		// Which reads of a running database reach a spoiled block depends
 		// on its cache and its compactions, so the event Pebble raises
 		// for one is raised here directly: it must not end the process
-		// (Pebble's default calls Fatalf), and writes must stop with an
-		// error naming the cure.
+		// (Pebble's default calls Fatalf); writes stop with an error that
+		// says the next Open rebuilds the index, and it does: a reopen
+		// cures it even when Open itself would read no spoiled block.
 		mem, acked, _ := closedWithManifest(t)
 		db := mustOpen(t, mem, crashOptions(mem, false))
-		db.pebbleOpts.EventListener.DataCorruption(pebble.DataCorruptionInfo{Path: "db/index/000012.sst", Details: errors.New("block checksum mismatch")})
+		raiseCorruption(db)
 		ctx := context.Background()
 		_, err := db.Put(ctx, "after", []byte("k"), []byte("v"))
-		if !errors.Is(err, ErrWriteFailed) || !strings.Contains(err.Error(), "INT_004") || !strings.Contains(err.Error(), "rebuild-index") {
-			t.Fatalf("a write after index corruption: want IO_001 naming INT_004 and rebuild-index, got %v", err)
+		if !errors.Is(err, ErrWriteFailed) || !strings.Contains(err.Error(), "INT_004") || !strings.Contains(err.Error(), "the next Open rebuilds it") {
+			t.Fatalf("a write after index corruption: want IO_001 naming INT_004 and the cure, got %v", err)
+		}
+		if _, err := mem.Stat("db/" + IndexCorruptMarker); err != nil {
+			t.Fatalf("no corruption marker: %v", err)
 		}
 		checkDB(t, db, acked) // reads go on
 		_ = db.Close()
+		for round := 0; round < 2; round++ {
+			db = mustOpen(t, mem, crashOptions(mem, false))
+			rebuilt := false
+			for _, ev := range db.RecoveryReport().Events {
+				rebuilt = rebuilt || ev.Kind == EventIndexUnreadable
+			}
+			if rebuilt != (round == 0) || db.RecoveryReport().Rebuilt != (round == 0) {
+				t.Fatalf("open %d after the corruption: index_unreadable %v, report %+v", round, rebuilt, db.RecoveryReport())
+			}
+			checkDB(t, db, acked)
+			if _, err := db.Put(ctx, "after", []byte("k"), []byte("v")); err != nil {
+				t.Fatalf("open %d: a write after the rebuild: %v", round, err)
+			}
+			if _, err := mem.Stat("db/" + IndexCorruptMarker); !oserrorIsNotExist(err) {
+				t.Fatalf("open %d: the marker outlived the rebuild: %v", round, err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	t.Run("crash after the move", func(t *testing.T) {
+		// A crash between moving the marked index aside and the new index
+		// leaves the marker and no index: the next Open rebuilds.
+		mem, acked, _ := closedWithManifest(t)
+		db := mustOpen(t, mem, crashOptions(mem, false))
+		raiseCorruption(db)
+		_ = db.Close()
+		if err := mem.MkdirAll("db/"+LostAndFound, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.Rename("db/index", "db/"+LostAndFound+"/index-1"); err != nil {
+			t.Fatal(err)
+		}
+		db = mustOpen(t, mem, crashOptions(mem, false))
+		defer db.Close()
+		if !db.RecoveryReport().Rebuilt {
+			t.Fatalf("no rebuild: %+v", db.RecoveryReport())
+		}
+		checkDB(t, db, acked)
+		if _, err := mem.Stat("db/" + IndexCorruptMarker); !oserrorIsNotExist(err) {
+			t.Fatalf("the marker outlived the rebuild: %v", err)
+		}
+	})
+	t.Run("rebuild-index", func(t *testing.T) {
+		// rebuild-index does what the marker asks for, and clears it.
+		mem, acked, _ := closedWithManifest(t)
+		db := mustOpen(t, mem, crashOptions(mem, false))
+		raiseCorruption(db)
+		_ = db.Close()
+		ctx := context.Background()
 		if _, err := RebuildIndex(ctx, "db", crashOptions(mem, false), true); err != nil {
 			t.Fatalf("rebuild-index after index corruption: %v", err)
 		}
 		db = mustOpen(t, mem, crashOptions(mem, false))
 		defer db.Close()
+		for _, ev := range db.RecoveryReport().Events {
+			if ev.Kind == EventIndexUnreadable {
+				t.Fatalf("the marker outlived rebuild-index: %v", ev)
+			}
+		}
 		checkDB(t, db, acked)
 		if _, err := db.Put(ctx, "after", []byte("k"), []byte("v")); err != nil {
 			t.Fatalf("a write after the rebuild: %v", err)
 		}
 	})
+	t.Run("marker not written", func(t *testing.T) {
+		// When the marker cannot be written, the error names rebuild-index.
+		mem, _, _ := closedWithManifest(t)
+		inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if op.Kind == errorfs.OpCreate && strings.Contains(op.Path, IndexCorruptMarker) {
+				return errors.New("injected create failure")
+			}
+			return nil
+		})
+		fs := errorfs.Wrap(mem, inj)
+		db := mustOpen(t, fs, crashOptions(fs, false))
+		defer db.Close()
+		raiseCorruption(db)
+		_, err := db.Put(context.Background(), "after", []byte("k"), []byte("v"))
+		if !errors.Is(err, ErrWriteFailed) || !strings.Contains(err.Error(), "anchordb rebuild-index") {
+			t.Fatalf("a write after index corruption with no marker: want IO_001 naming rebuild-index, got %v", err)
+		}
+	})
+}
+
+// raiseCorruption raises the event Pebble raises for a block that fails its
+// checksum on a running database.
+func raiseCorruption(db *DB) {
+	db.pebbleOpts.EventListener.DataCorruption(pebble.DataCorruptionInfo{Path: "db/index/000012.sst", Details: errors.New("block checksum mismatch")})
 }

@@ -86,6 +86,11 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 		return plan, err
 	}
 	err = fs.RemoveAll(fs.PathJoin(dir, IndexDir))
+	if err == nil {
+		// The index a corruption marker named is gone: this rebuild is
+		// what the marker asked the next Open for.
+		err = clearIndexCorrupt(fs, dir)
+	}
 	_ = lock.Close()
 	if err != nil {
 		return plan, errs.Wrap(errs.CodeWriteFailed, err, "remove the old index")
