@@ -207,14 +207,7 @@ func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
 		_ = fs.Remove(tmp)
 		return errs.Wrap(errs.CodeWriteFailed, err, "write %s", path)
 	}
-	d, err := fs.OpenDir(dir)
-	if err == nil {
-		err = errors.Join(d.Sync(), d.Close())
-	}
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "fsync directory %s", dir)
-	}
-	return nil
+	return syncDirOf(fs, dir)
 }
 
 // Checkpoints returns the checkpoints stored in the database, oldest first.

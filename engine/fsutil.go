@@ -62,3 +62,16 @@ func ioErr(err error, what string) error {
 	}
 	return errs.Wrap(errs.CodeWriteFailed, err, "%s", what)
 }
+
+// syncDirOf fsyncs directory dir of fs, as IO_001 on failure: what makes a
+// rename or removal in it durable.
+func syncDirOf(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err == nil {
+		err = errors.Join(d.Sync(), d.Close())
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "fsync directory %s", dir)
+	}
+	return nil
+}

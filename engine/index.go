@@ -225,14 +225,7 @@ func clearIndexCorrupt(fs vfs.FS, dir string) error {
 		}
 		return errs.Wrap(errs.CodeWriteFailed, err, "remove %s", path)
 	}
-	d, err := fs.OpenDir(dir)
-	if err == nil {
-		err = errors.Join(d.Sync(), d.Close())
-	}
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "fsync directory %s", dir)
-	}
-	return nil
+	return syncDirOf(fs, dir)
 }
 
 // serve ends Open's hold on corruption reports: from here on they stop
