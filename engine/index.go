@@ -259,13 +259,13 @@ func (db *DB) moveIndexAside(path string) (string, error) {
 	if err := db.fs.MkdirAll(lf, 0o755); err != nil {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", lf)
 	}
-	// Named by the time, and never over an earlier one (a clock that
-	// repeats, as a test's may, must not make every later Open fail).
 	if _, err := db.fs.Stat(path); oserrorIsNotExist(err) {
 		// Nothing to move: a crash came between an earlier move and the
 		// new index (IndexCorruptMarker asked for this one).
 		return "", nil
 	}
+	// Named by the time, and never over an earlier one (a clock that
+	// repeats, as a test's may, must not make every later Open fail).
 	aside := db.fs.PathJoin(lf, fmt.Sprintf("%s-%d", IndexDir, db.opts.Clock().UnixNano()))
 	for i := 1; ; i++ {
 		if _, err := db.fs.Stat(aside); oserrorIsNotExist(err) {
