@@ -137,12 +137,25 @@ func Open(dir string, opts Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, retry, err := openOnce(dir, opts, nil)
-	if retry != nil {
-		// The first try moved an unreadable index aside: rebuild it.
-		db, _, err = openOnce(dir, opts, retry)
+	fs := opts.FS
+	if err := mkdirAllSynced(fs, dir); err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
 	}
-	return db, err
+	lock, err := lockDir(fs, dir)
+	if err != nil {
+		return nil, err
+	}
+	db, retry, err := openOnce(dir, opts, lock, nil)
+	if retry != nil {
+		// The first try moved an unreadable index aside: rebuild it,
+		// under the same lock.
+		db, _, err = openOnce(dir, opts, lock, retry)
+	}
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	return db, nil
 }
 
 // indexRetry is what an Open that could not read the index hands the
@@ -160,20 +173,14 @@ type indexRetry struct {
 // done to the files, so only the first try can report them.
 var carriedEvents = []string{EventRestored, EventCut, EventRemoved, EventTruncationFinished}
 
-// openOnce opens the database once. When Pebble refuses the index for its
-// own bytes, or a block of it fails its checksum while Open reads it, the
-// index is moved aside, under the lock, and the returned indexRetry asks
+// openOnce opens the database once, under lock (which the returned
+// database owns; on failure the caller closes it). When Pebble refuses the
+// index for its own bytes, or a block of it fails its checksum while Open
+// reads it, the index is moved aside and the returned indexRetry asks
 // for a second try, which rebuilds it from the segments like a lost one
 // (retry says what the first try did). The index is a projection (SPEC §3).
-func openOnce(dir string, opts Options, retry *indexRetry) (*DB, *indexRetry, error) {
+func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB, *indexRetry, error) {
 	fs := opts.FS
-	if err := mkdirAllSynced(fs, dir); err != nil {
-		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
-	}
-	lock, err := lockDir(fs, dir)
-	if err != nil {
-		return nil, nil, err
-	}
 	db := &DB{
 		dir: dir, opts: opts, fs: fs, lock: lock,
 		anchors:         make(map[string]*anchor),
@@ -195,6 +202,7 @@ func openOnce(dir string, opts Options, retry *indexRetry) (*DB, *indexRetry, er
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
 	db.adm.init(&opts)
+	var err error
 	if marked, cause := db.indexMarkedCorrupt(); marked && (retry == nil || !errors.Is(cause, errIndexUnreadable)) {
 		err = cause // moved aside below without opening it, or an I/O error
 	} else {
@@ -220,7 +228,6 @@ func openOnce(dir string, opts Options, retry *indexRetry) (*DB, *indexRetry, er
 		_ = db.files.close()
 		if (errors.Is(err, errIndexUnreadable) || pebble.IsCorruptionError(err)) && retry == nil {
 			aside, merr := db.moveIndexAside(db.fs.PathJoin(dir, IndexDir))
-			_ = lock.Close()
 			if merr != nil {
 				// An I/O failure (IO_001), whatever the index's state.
 				return nil, nil, errs.Wrap(errs.CodeWriteFailed, errors.Join(merr, err), "the index could not be read, and moving it aside failed")
@@ -233,7 +240,6 @@ func openOnce(dir string, opts Options, retry *indexRetry) (*DB, *indexRetry, er
 			}
 			return nil, next, nil
 		}
-		_ = lock.Close()
 		return nil, nil, err
 	}
 	db.bg.Add(2)

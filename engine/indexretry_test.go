@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -282,5 +283,53 @@ func TestIndexMovedAsideTwiceWithOneClock(t *testing.T) {
 	}
 	if n != 2 {
 		t.Fatalf("want two moved indexes in lost+found, got %q", names)
+	}
+}
+
+// lockWatchFS records whether the database's write lock was released.
+type lockWatchFS struct {
+	vfs.FS
+	released atomic.Bool
+}
+
+type watchedLock struct {
+	io.Closer
+	fs *lockWatchFS
+}
+
+func (l watchedLock) Close() error {
+	l.fs.released.Store(true)
+	return l.Closer.Close()
+}
+
+func (w *lockWatchFS) Lock(name string) (io.Closer, error) {
+	c, err := w.FS.Lock(name)
+	if err != nil || name != "db/LOCK" { // not the index's own (Pebble's)
+		return c, err
+	}
+	return watchedLock{c, w}, nil
+}
+
+// TestIndexRetryHoldsTheLock: the write lock is held from the first try to
+// the end of the second, so no other process opens the database between
+// the index's move and its rebuild.
+func TestIndexRetryHoldsTheLock(t *testing.T) {
+	mem, _, manifest := closedWithManifest(t)
+	if err := mem.Remove(manifest); err != nil {
+		t.Fatal(err)
+	}
+	fs := &lockWatchFS{FS: mem}
+	db := mustOpen(t, fs, crashOptions(fs, false))
+	if !db.RecoveryReport().Rebuilt {
+		t.Fatalf("no rebuild: %+v", db.RecoveryReport())
+	}
+	if fs.released.Load() {
+		t.Fatal("Open released the write lock between its two tries")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !fs.released.Load() {
+		t.Fatal("Close did not release the lock (the watcher sees nothing)")
 	}
 }
