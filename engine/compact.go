@@ -166,6 +166,24 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	return res, db.flushIndex()
 }
 
+// adoptAuditHead gives a rebuilt index the audit log's head as the log
+// stands. The head is index data that no segment holds; without it a line
+// lost from the log's end later would go unnoticed. What the log lost before
+// the rebuild cannot be told any more. A log whose chain does not verify is
+// left for verify to report, and gets no head.
+func (db *DB) adoptAuditHead() error {
+	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
+	if err != nil || head.Lines == 0 {
+		return nil
+	}
+	row := be.AppendUint64(nil, head.Lines)
+	row = append(row, head.Head[:]...)
+	if err := db.index.Set(metaKey(metaAudit), row, pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
+	}
+	return nil
+}
+
 // VerifyAuditLog checks the audit log's hash chain and that it still holds
 // every line the index saw appended: a line lost or altered at the end is
 // INT_002, like one in the middle.

@@ -302,6 +302,11 @@ func (db *DB) open() error {
 			return err
 		}
 	}
+	if fresh {
+		if err := db.adoptAuditHead(); err != nil {
+			return err
+		}
+	}
 	if err := db.removeLeftovers(); err != nil {
 		return err
 	}
