@@ -111,8 +111,8 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 			}
 			return nil, err
 		}
-		if e.Counter > MaxCallerCounter {
-			return nil, counterTooLarge(e.Counter)
+		if err := CheckCallerCounter(e.Counter, len(e.IdempotencyKey) > 0); err != nil {
+			return nil, err
 		}
 		bytes += int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)
 	}
@@ -257,6 +257,19 @@ func (db *DB) writable() error {
 }
 
 var errClosed = errs.New(errs.CodeWriteFailed, "database is closed")
+
+// CheckCallerCounter refuses, before anything is appended, a caller counter
+// that no append may carry: above MaxCounter, or above MaxCallerCounter
+// without an idempotency key. With a key, a counter above MaxCallerCounter
+// may still be the retry of an append made before that limit, which gets its
+// original receipt (SPEC §7); the leader refuses it only if it would be
+// appended.
+func CheckCallerCounter(c uint64, idempotent bool) error {
+	if c > MaxCounter || (c > MaxCallerCounter && !idempotent) {
+		return counterTooLarge(c)
+	}
+	return nil
+}
 
 // counterTooLarge is the refusal of a caller counter above MaxCallerCounter.
 func counterTooLarge(c uint64) error {

@@ -352,6 +352,9 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 
 	var counter uint64
 	if e.Counter != 0 {
+		if e.Counter > MaxCallerCounter {
+			return Receipt{}, counterTooLarge(e.Counter) // not a retry (CheckCallerCounter)
+		}
 		if e.Counter <= p.lastCounter {
 			err := errs.New(errs.CodeConflict, "counter %d is not above anchor %q's last counter %d", e.Counter, e.Anchor, p.lastCounter)
 			err.Anchor = e.Anchor

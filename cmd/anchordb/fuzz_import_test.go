@@ -42,7 +42,7 @@ func FuzzImportLine(f *testing.F) {
 		if err := segment.ValidateContent(e.Anchor, e.Type, e.Key, e.Value, e.IdempotencyKey, limits); err != nil {
 			t.Fatalf("accepted an entry the engine refuses: %v", err)
 		}
-		if e.Counter > engine.MaxCallerCounter {
+		if engine.CheckCallerCounter(e.Counter, len(e.IdempotencyKey) > 0) != nil {
 			t.Fatalf("accepted counter %d", e.Counter)
 		}
 		native := map[string]any{"anchor": e.Anchor, "type": e.Type}

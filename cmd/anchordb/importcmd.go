@@ -29,7 +29,7 @@ var importCmd = &command{
   {"anchor":"a","type":"put","key":"k","value":"v","idempotency_key":"op-1","counter":42,"time":"…"}
       type defaults to "put" when absent or null (an empty one is refused); key, value
       and idempotency_key are a JSON string or {"b64":"<standard base64>"}, and an
-      idempotency_key, when given, is 1..256 bytes; counter (1..2^62-1) and time (RFC 3339) are optional:
+      idempotency_key, when given, is 1..256 bytes; counter (1..2^62-1; above, only to retry an append made with one) and time (RFC 3339) are optional:
       without them the database clock assigns the counter and the time is now.
       Unknown fields are refused.
   {"anchor_id":"a","local_counter":5,"event_type":"T","payload":…,"timestamp":"…"}
@@ -431,6 +431,9 @@ func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
 	if err := segment.ValidateContent(ent.Anchor, ent.Type, ent.Key, ent.Value, ent.IdempotencyKey, limits); err != nil {
 		return ent, err
 	}
+	if err := engine.CheckCallerCounter(ent.Counter, len(ent.IdempotencyKey) > 0); err != nil {
+		return ent, err
+	}
 	return ent, nil
 }
 
@@ -689,15 +692,16 @@ func bytesField(m map[string]json.RawMessage, name string) ([]byte, error) {
 	return b, nil
 }
 
-// counterField reads a counter: an integer 1..MaxCallerCounter. Absent or null is 0
-// (the database clock assigns one).
+// counterField reads a counter: an integer 1..MaxCounter (the line's check
+// then applies engine.CheckCallerCounter). Absent or null is 0 (the
+// database clock assigns one).
 func counterField(m map[string]json.RawMessage, name string) (uint64, error) {
 	raw, ok := present(m, name)
 	if !ok {
 		return 0, nil
 	}
 	c, err := strconv.ParseUint(string(bytes.TrimSpace(raw)), 10, 64)
-	if err != nil || c == 0 || c > engine.MaxCallerCounter {
+	if err != nil || c == 0 || c > engine.MaxCounter {
 		return 0, errs.New(errs.CodeInvalidInput, "%q is %s: it must be an integer 1..%d (omit it to let the database clock assign one)",
 			name, raw, uint64(engine.MaxCallerCounter))
 	}

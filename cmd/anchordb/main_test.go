@@ -586,6 +586,11 @@ func TestIdempotencyAndCounters(t *testing.T) {
 	if e := errObj(t, r, "INPUT_001"); !strings.Contains(str(t, e, "message"), "4611686018427387903") {
 		t.Errorf("the refusal does not name the limit: %v", e)
 	}
+	// With an idempotency key it could be a retry of an older append; as a
+	// new one it is refused all the same.
+	r = runCLI(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387904", "--idempotency-key", "op-big", "c", "k", "v")
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
 	mustRun(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387903", "c", "k", "v")
 	c = mustRun(t, "--dir", dir, "--json", "put", "d", "k", "v")
 	if num(t, obj(t, c.stdout), "counter") != 4611686018427387904 {

@@ -58,8 +58,8 @@ func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
 	if err := segment.ValidateContent(ent.Anchor, ent.Type, ent.Key, ent.Value, ent.IdempotencyKey, segment.DefaultLimits()); err != nil {
 		return err
 	}
-	if ent.Counter > engine.MaxCallerCounter {
-		return errs.New(errs.CodeInvalidInput, "counter %d is above the limit %d for a counter a caller supplies", ent.Counter, uint64(engine.MaxCallerCounter))
+	if err := engine.CheckCallerCounter(ent.Counter, len(ent.IdempotencyKey) > 0); err != nil {
+		return err
 	}
 	if err := e.ctx.Err(); err != nil {
 		return err // interrupted (e.g. while reading the payload): append nothing

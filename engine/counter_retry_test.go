@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestCounterLimitAllowsRetryOfOlderAppend: an append acknowledged before the
+// caller limit (counter above 2^62-1, idempotency key k) is retried as the
+// caller sent it. SPEC §7: same key, same fingerprint -> the original
+// receipt with duplicate:true, whatever the counter. A new append with such
+// a counter is still refused (INPUT_001), with or without a key.
+func TestCounterLimitAllowsRetryOfOlderAppend(t *testing.T) {
+	mem := vfs.NewMem()
+	db := mustOpen(t, mem, crashOptions(mem, false))
+	defer db.Close()
+	ctx := context.Background()
+	const c = MaxCallerCounter + 10
+	rec := segment.Record{Anchor: "old", Seq: 1, Counter: c, Time: 1, Type: segment.TypePut,
+		Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-1"), PrevHash: segment.GenesisHash("old")}
+	rec.Hash = rec.ComputeHash()
+	if err := db.appendVerbatim(ctx, []segment.Record{rec}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := db.Append(ctx, Entry{Anchor: "old", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-1"), Counter: c})
+	if err != nil || !r.Duplicate || r.Counter != c {
+		t.Fatalf("retry of an acknowledged append: want its receipt (duplicate), got %+v %v", r, err)
+	}
+	// The same in a batch, with a new entry beside it.
+	rs, err := db.AppendBatch(ctx, []Entry{
+		{Anchor: "old", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-1"), Counter: c},
+		{Anchor: "new", Type: segment.TypePut, Key: []byte("k2"), Value: []byte("v")},
+	})
+	if err != nil || !rs[0].Duplicate || rs[0].Counter != c || rs[1].Duplicate {
+		t.Fatalf("a batch with the retry: %+v %v", rs, err)
+	}
+	for _, e := range []Entry{
+		{Anchor: "old", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-2"), Counter: c + 1},
+		{Anchor: "fresh", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-3"), Counter: c + 1},
+		{Anchor: "fresh", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: c + 1},
+		{Anchor: "fresh", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-4"), Counter: MaxCounter + 1},
+	} {
+		if _, err := db.Append(ctx, e); !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("a new append with counter %d (key %q): want INPUT_001, got %v", e.Counter, e.IdempotencyKey, err)
+		}
+	}
+}
