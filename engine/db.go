@@ -165,12 +165,18 @@ type indexRetry struct {
 	cause error  // why it could not be read
 	// events are what the first try's recovery did to the files before it
 	// met the unreadable index: cuts and removals the second try finds
-	// done and would not report.
+	// done and would not report, and where a journal it dropped ended.
 	events []RecoveryEvent
+	// damaged are the anchors the first try found damaged. Some damage
+	// only the index could show (records it vouched for missing from a
+	// segment), so the second try marks them again before it looks at
+	// their files, and leaves those as they are (SPEC §3).
+	damaged []RecoveryEvent
 }
 
 // carriedEvents are the kinds of recovery event a second try finds already
-// done to the files, so only the first try can report them.
+// done to the files, so only the first try can report them. A journal_end
+// is carried too when the first try dropped that journal.
 var carriedEvents = []string{EventRestored, EventCut, EventRemoved, EventTruncationFinished}
 
 // openOnce opens the database once, under lock (which the returned
@@ -203,20 +209,22 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 	db.fatalHook = opts.fatalHook
 	db.adm.init(&opts)
 	var err error
+	opened := false // open ran to its end: recovery settled, the journal restarted
 	if marked, cause := db.indexMarkedCorrupt(); marked && (retry == nil || !errors.Is(cause, errIndexUnreadable)) {
 		err = cause // moved aside below without opening it, or an I/O error
 	} else {
 		err = db.open()
-	}
-	if err == nil && retry != nil {
-		// The rebuilt index is durable (Open settled): the marker that
-		// may have asked for it has done its work.
-		err = clearIndexCorrupt(db.fs, db.dir)
+		opened = err == nil
 	}
 	if err == nil {
 		// A corruption Pebble met while Open ran, on a read that did not
 		// fail Open itself (table stats, a compaction), is Open's too.
 		err = db.serve()
+	}
+	if err == nil && retry != nil {
+		// The rebuilt index is durable (Open settled) and nothing found it
+		// corrupt: the marker that may have asked for it has done its work.
+		err = clearIndexCorrupt(db.fs, db.dir)
 	}
 	if err != nil {
 		if db.journal != nil {
@@ -234,7 +242,11 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 			}
 			next := &indexRetry{aside: aside, cause: err}
 			for _, ev := range db.RecoveryReport().Events {
-				if slices.Contains(carriedEvents, ev.Kind) {
+				switch {
+				case ev.Kind == EventDamaged:
+					next.damaged = append(next.damaged, ev)
+				case slices.Contains(carriedEvents, ev.Kind),
+					ev.Kind == EventJournalEnd && opened: // that journal is gone
 					next.events = append(next.events, ev)
 				}
 			}
@@ -367,6 +379,12 @@ func (db *DB) initIndex() error {
 	db.anchorsMu.RLock()
 	replayed := len(db.anchors) > 0
 	db.anchorsMu.RUnlock()
+	// Where the first try of this Open (if this is the second) found damage,
+	// the rebuild leaves the files as they are.
+	if err := db.markCarriedDamage(); err != nil {
+		return err
+	}
+
 	exists, err := db.hasSegments()
 	if err != nil {
 		return err
@@ -374,12 +392,17 @@ func (db *DB) initIndex() error {
 	if exists {
 		db.recovery.Rebuilt = true
 		fast := false
+		carriedDamage := db.retry != nil && len(db.retry.damaged) > 0
 		if db.opts.rebuildFromSnapshot && replayed {
 			// The replay loaded anchor heads the fast path would not
 			// update; a journal with records in it is a crash's aftermath,
 			// which the full replay is for.
 			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
 				"the journal holds records not yet settled: rebuilding by full replay")})
+		} else if db.opts.rebuildFromSnapshot && carriedDamage {
+			// The full replay is what leaves a damaged anchor's files alone.
+			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
+				"anchors were found damaged: rebuilding by full replay")})
 		} else if db.opts.rebuildFromSnapshot {
 			switch err := db.rebuildFromSnapshot(context.Background()); {
 			case err == nil:
@@ -414,10 +437,35 @@ func (db *DB) initIndex() error {
 	return db.flushIndex()
 }
 
+// markCarriedDamage marks, on Open's second try, the anchors the first
+// found damaged, before the rebuild looks at their files.
+func (db *DB) markCarriedDamage() error {
+	if db.retry == nil {
+		return nil
+	}
+	for _, ev := range db.retry.damaged {
+		a, err := db.getAnchor(ev.Anchor, true)
+		if err != nil {
+			return err
+		}
+		e := ev.Err
+		if e == nil {
+			e = errs.New(errs.CodeChainBroken, "anchor %q was found damaged", ev.Anchor)
+		}
+		db.markDamaged(a, e)
+	}
+	return nil
+}
+
 // removeLeftovers deletes what an interrupted operation of an earlier session
 // left behind: scratch stores of snapshot replays, temporary files of
-// snapshots and of lost+found copies. The writer lock makes this safe.
+// snapshots, of lost+found copies and of the corruption marker. The writer
+// lock makes this safe.
 func (db *DB) removeLeftovers() error {
+	// A crash while IndexCorruptMarker was being written leaves its temp.
+	if err := db.fs.Remove(db.fs.PathJoin(db.dir, IndexCorruptMarker+".tmp")); err != nil && !oserrorIsNotExist(err) {
+		return errs.Wrap(errs.CodeWriteFailed, err, "remove %s.tmp", IndexCorruptMarker)
+	}
 	if err := db.fs.RemoveAll(db.fs.PathJoin(db.dir, "tmp")); err != nil && !oserrorIsNotExist(err) {
 		return errs.Wrap(errs.CodeWriteFailed, err, "remove scratch directory")
 	}

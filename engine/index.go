@@ -229,12 +229,14 @@ func clearIndexCorrupt(fs vfs.FS, dir string) error {
 }
 
 // serve ends Open's hold on corruption reports: from here on they stop
-// writes. It returns the one reported during Open, if any.
+// writes. It returns the one reported during Open, if any; then the hold
+// stays, for this database is not served (its index is moved aside, and a
+// report while it closes is no running database's).
 func (db *DB) serve() error {
 	g := &db.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.serving = true
+	g.serving = g.seen == nil
 	return g.seen
 }
 

@@ -139,8 +139,9 @@ func TestIndexRetryLogsNoStoppedWrites(t *testing.T) {
 }
 
 // TestOpenGate: a corruption Pebble reports before the database serves is
-// kept for Open (which moves the index aside) instead of stopping writes;
-// after, it stops writes.
+// kept for Open (which moves the index aside) instead of stopping writes,
+// and so is one while that database closes; once a database serves, it
+// stops writes.
 func TestOpenGate(t *testing.T) {
 	db := &DB{opts: Options{Logger: nopLogger{}}}
 	info := pebble.DataCorruptionInfo{Path: "db/index/000007.sst", Details: errors.New("block checksum mismatch")}
@@ -154,7 +155,16 @@ func TestOpenGate(t *testing.T) {
 	if db.failed.Load() != nil {
 		t.Fatalf("a corruption during Open stopped writes: %v", db.failed.Load())
 	}
-	if db.corruptionDuringOpen(info) {
+	// That database is not served: a report while it closes is held too.
+	if !db.corruptionDuringOpen(info) {
+		t.Fatal("a corruption after a failed serve was not held")
+	}
+	// A database served: reports are no longer held.
+	ok := &DB{opts: Options{Logger: nopLogger{}}}
+	if err := ok.serve(); err != nil {
+		t.Fatal(err)
+	}
+	if ok.corruptionDuringOpen(info) {
 		t.Fatal("a corruption after Open was held")
 	}
 }
