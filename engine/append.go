@@ -105,13 +105,14 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	var bytes int64
 	for i := range entries {
 		e := &entries[i]
-		if err := segment.ValidateContent(e.Anchor, e.Type, e.Key, e.Value, e.IdempotencyKey, db.opts.Limits); err != nil {
+		err := segment.ValidateContent(e.Anchor, e.Type, e.Key, e.Value, e.IdempotencyKey, db.opts.Limits)
+		if err == nil {
+			err = CheckCallerCounter(e.Counter, len(e.IdempotencyKey) > 0)
+		}
+		if err != nil {
 			if len(entries) > 1 {
 				return nil, fmt.Errorf("entry %d: %w", i, err)
 			}
-			return nil, err
-		}
-		if err := CheckCallerCounter(e.Counter, len(e.IdempotencyKey) > 0); err != nil {
 			return nil, err
 		}
 		bytes += int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)

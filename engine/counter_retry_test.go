@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/anchordb/anchordb/segment"
@@ -37,6 +38,14 @@ func TestCounterLimitAllowsRetryOfOlderAppend(t *testing.T) {
 	})
 	if err != nil || !rs[0].Duplicate || rs[0].Counter != c || rs[1].Duplicate {
 		t.Fatalf("a batch with the retry: %+v %v", rs, err)
+	}
+	// In a batch, the refusal names its entry, as every other does.
+	_, err = db.AppendBatch(ctx, []Entry{
+		{Anchor: "fresh", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v")},
+		{Anchor: "fresh", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: c + 1},
+	})
+	if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "entry 1") {
+		t.Errorf("a batch with a counter above the limit: want INPUT_001 naming entry 1, got %v", err)
 	}
 	for _, e := range []Entry{
 		{Anchor: "old", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-2"), Counter: c + 1},
