@@ -11,8 +11,7 @@ import (
 
 // TestIndexCorruptMarkerTmpRemoved: a power loss while the marker is written
 // (its .tmp synced, not yet renamed) leaves INDEX-CORRUPT.tmp in the
-// database root; no Open ever removes it (removeLeftovers cleans tmp/,
-// snapshots and lost+found only).
+// database root; the next Open removes it (removeLeftovers).
 func TestIndexCorruptMarkerTmpRemoved(t *testing.T) {
 	mem, _, _ := closedWithManifest(t)
 	var clone *vfs.MemFS

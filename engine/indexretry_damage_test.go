@@ -2,24 +2,20 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestIndexRetryKeepsDamage: damage the first try's recovery found (here
 // settled records the index vouches for missing from a segment: the anchor
-// becomes read-only, SPEC §3) must survive Open's second try. When the
-// first try gets through recovery and a corruption held at the gate sends
-// the index to lost+found, the evidence (the index's rows, and the journal
-// that startJournal replaced) is gone: the second try rebuilds from the
-// short segment, reports no damage, and the anchor takes writes after the
-// hole.
+// becomes read-only, SPEC §3) survives Open's second try. When the first
+// try gets through recovery and a corruption held at the gate sends the
+// index to lost+found, the evidence (the index's rows, and the journal that
+// startJournal replaced) is gone, so the second try marks the anchor
+// damaged again before the rebuild, which then leaves its files alone: the
+// report says so, nothing of the anchor is cut, and it refuses writes.
 func TestIndexRetryKeepsDamage(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	db := mustOpen(t, mem, crashOptions(mem, false))
@@ -62,20 +58,7 @@ func TestIndexRetryKeepsDamage(t *testing.T) {
 	}
 	_ = db.Close()
 
-	var handler atomic.Pointer[func(pebble.DataCorruptionInfo)]
-	var phase atomic.Int64
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpCreate && strings.HasPrefix(op.Path, "db/journal/") && phase.CompareAndSwap(0, 1) {
-			(*handler.Load())(pebble.DataCorruptionInfo{Path: "db/index/000012.sst", Details: errors.New("block checksum mismatch")})
-		}
-		return nil
-	})
-	fs := errorfs.Wrap(crashed, inj)
-	o := crashOptions(fs, false)
-	o.PebbleOptions = func(po *pebble.Options) {
-		h := po.EventListener.DataCorruption
-		handler.Store(&h)
-	}
+	fs, o := corruptionOnJournalCreate(crashed)
 	db = mustOpen(t, fs, o)
 	defer db.Close()
 	t.Logf("events after the retry: %v", db.RecoveryReport().Events)

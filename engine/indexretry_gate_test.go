@@ -11,14 +11,14 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
-// TestIndexRetryGateHoldsAfterServeError: serve() flips the gate to serving even
-// when it hands Open a held corruption, so a corruption Pebble reports
-// while that failing first try is still closing the index (a compaction
-// Close waits for) is taken for one on a running database: it writes the
-// INDEX-CORRUPT marker and logs that writes stopped, during an Open that
-// then succeeds. The reports are raised here from the filesystem at the
-// two moments (before serve: the new journal's creation; after: the error
-// path's journal close, just before closeIndex).
+// TestIndexRetryGateHoldsAfterServeError: when serve() hands Open a held
+// corruption, the gate keeps holding: a corruption Pebble reports while that
+// failing first try still closes the index (a compaction Close waits for)
+// is not taken for one on a running database, so it writes no marker and
+// logs no stopped writes during an Open that then succeeds. The reports are
+// raised here from the filesystem at the two moments (before serve: the new
+// journal's creation; after: the error path's journal close, just before
+// closeIndex).
 func TestIndexRetryGateHoldsAfterServeError(t *testing.T) {
 	mem, _, _ := closedWithManifest(t)
 	var handler atomic.Pointer[func(pebble.DataCorruptionInfo)]

@@ -2,23 +2,18 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/journal"
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 // TestIndexRetryKeepsJournalEnd: a first try that gets through recovery
 // (reporting where a torn journal ended) and then has its index taken away
 // by a corruption held at the gate has already replaced the journal
 // (startJournal removed the old files): the second try cannot see the torn
-// journal, so only the first try can report journal_end. It is not among
-// carriedEvents, and the report after the retry loses it.
+// journal, so the report keeps the first try's journal_end.
 func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 	mem := vfs.NewCrashableMem()
 	opts := crashOptions(mem, false)
@@ -56,20 +51,7 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 	_ = db.Close()
 
 	// With a corruption reported during Open (held by the gate).
-	var handler atomic.Pointer[func(pebble.DataCorruptionInfo)]
-	var phase atomic.Int64
-	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
-		if op.Kind == errorfs.OpCreate && strings.HasPrefix(op.Path, "db/journal/") && phase.CompareAndSwap(0, 1) {
-			(*handler.Load())(pebble.DataCorruptionInfo{Path: "db/index/000012.sst", Details: errors.New("block checksum mismatch")})
-		}
-		return nil
-	})
-	fs := errorfs.Wrap(crashed, inj)
-	o := crashOptions(fs, false)
-	o.PebbleOptions = func(po *pebble.Options) {
-		h := po.EventListener.DataCorruption
-		handler.Store(&h)
-	}
+	fs, o := corruptionOnJournalCreate(crashed)
 	db = mustOpen(t, fs, o)
 	defer db.Close()
 	if !has(db, EventIndexUnreadable) {

@@ -343,3 +343,25 @@ func TestIndexRetryHoldsTheLock(t *testing.T) {
 		t.Fatal("Close did not release the lock (the watcher sees nothing)")
 	}
 }
+
+// corruptionOnJournalCreate returns base wrapped, and options for it, such
+// that Pebble's DataCorruption event is raised — as for a background read
+// (table stats, a compaction) that met a bad block — when an Open first
+// creates a journal file.
+func corruptionOnJournalCreate(base vfs.FS) (vfs.FS, Options) {
+	var handler atomic.Pointer[func(pebble.DataCorruptionInfo)]
+	var fired atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpCreate && strings.HasPrefix(op.Path, "db/journal/") && fired.CompareAndSwap(false, true) {
+			(*handler.Load())(pebble.DataCorruptionInfo{Path: "db/index/000012.sst", Details: errors.New("block checksum mismatch")})
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(base, inj)
+	o := crashOptions(fs, false)
+	o.PebbleOptions = func(po *pebble.Options) {
+		h := po.EventListener.DataCorruption
+		handler.Store(&h)
+	}
+	return fs, o
+}
