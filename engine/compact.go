@@ -101,9 +101,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 		}
 		// The head, kept in the index, is what tells a torn last line from
 		// an altered or lost one.
-		head := be.AppendUint64(nil, line.Seq)
-		head = append(head, line.Hash[:]...)
-		return db.index.Set(metaKey(metaAudit), head, pebble.NoSync)
+		return db.index.Set(metaKey(metaAudit), auditHeadRow(line.Seq, line.Hash), pebble.NoSync)
 	}
 	settled := false
 	for i, a := range plan.Actions {
@@ -166,6 +164,12 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	return res, db.flushIndex()
 }
 
+// auditHeadRow encodes the maudit row: the audit log's line count and the
+// hash of its last line.
+func auditHeadRow(lines uint64, last segment.Hash) []byte {
+	return append(be.AppendUint64(make([]byte, 0, 8+segment.HashSize), lines), last[:]...)
+}
+
 // adoptAuditHead gives a rebuilt index the audit log's head as the log
 // stands. The head is index data that no segment holds; without it a line
 // lost from the log's end later would go unnoticed. What the log lost before
@@ -176,9 +180,7 @@ func (db *DB) adoptAuditHead() error {
 	if err != nil || head.Lines == 0 {
 		return nil
 	}
-	row := be.AppendUint64(nil, head.Lines)
-	row = append(row, head.Head[:]...)
-	if err := db.index.Set(metaKey(metaAudit), row, pebble.NoSync); err != nil {
+	if err := db.index.Set(metaKey(metaAudit), auditHeadRow(head.Lines, head.Head), pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
 	}
 	return nil
