@@ -167,6 +167,10 @@ type indexRetry struct {
 	// met the unreadable index: cuts and removals the second try finds
 	// done and would not report, and where a journal it dropped ended.
 	events []RecoveryEvent
+	// logged says the first try logged its events (it ran recovery to its
+	// end): the second try reports the carried ones but does not log them
+	// again.
+	logged bool
 	// damaged are the anchors the first try found damaged. Some damage
 	// only the index could show (records it vouched for missing from a
 	// segment), so the second try marks them again before it looks at
@@ -240,7 +244,7 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 				// An I/O failure (IO_001), whatever the index's state.
 				return nil, nil, errs.Wrap(errs.CodeWriteFailed, errors.Join(merr, err), "the index could not be read, and moving it aside failed")
 			}
-			next := &indexRetry{aside: aside, cause: err}
+			next := &indexRetry{aside: aside, cause: err, logged: opened}
 			for _, ev := range db.RecoveryReport().Events {
 				switch {
 				case ev.Kind == EventDamaged:
@@ -332,7 +336,11 @@ func (db *DB) open() error {
 	if err := db.startJournal(); err != nil {
 		return err
 	}
-	for _, ev := range db.recovery.Events {
+	events := db.recovery.Events
+	if db.retry != nil && db.retry.logged {
+		events = events[len(db.retry.events):] // the carried ones lead
+	}
+	for _, ev := range events {
 		db.opts.Logger.Infof("recovery: %s", ev)
 	}
 	return nil

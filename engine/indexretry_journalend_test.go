@@ -52,6 +52,8 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 
 	// With a corruption reported during Open (held by the gate).
 	fs, o := corruptionOnJournalCreate(crashed)
+	log := &recordingLogger{}
+	o.Logger = log
 	db = mustOpen(t, fs, o)
 	defer db.Close()
 	if !has(db, EventIndexUnreadable) {
@@ -59,5 +61,24 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 	}
 	if !has(db, EventJournalEnd) {
 		t.Fatalf("the first try reported where the torn journal ended, then replaced the journal; the retried Open's report lost it: %v", db.RecoveryReport().Events)
+	}
+	// The first try logged its events when its recovery ended; the second
+	// try reports the ones it carried over, but must not log them again.
+	// (Its own events, say an anchor adopted into the rebuilt index, are
+	// its own to log, even when the first try logged the same words.)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	count := map[string]int{}
+	for _, line := range log.infos {
+		count[line]++
+	}
+	for _, ev := range db.RecoveryReport().Events {
+		line := "recovery: " + ev.String()
+		switch n := count[line]; {
+		case n == 0:
+			t.Errorf("never logged: %s", line)
+		case n > 1 && (ev.Kind == EventJournalEnd || ev.Kind == EventRestored):
+			t.Errorf("a carried event logged %d times: %s", n, line)
+		}
 	}
 }

@@ -104,11 +104,15 @@ func TestIndexMoveAsideFailureIsIO(t *testing.T) {
 }
 
 type recordingLogger struct {
-	mu     sync.Mutex
-	errors []string
+	mu            sync.Mutex
+	infos, errors []string
 }
 
-func (l *recordingLogger) Infof(string, ...any) {}
+func (l *recordingLogger) Infof(f string, a ...any) {
+	l.mu.Lock()
+	l.infos = append(l.infos, fmt.Sprintf(f, a...))
+	l.mu.Unlock()
+}
 func (l *recordingLogger) Errorf(f string, a ...any) {
 	l.mu.Lock()
 	l.errors = append(l.errors, fmt.Sprintf(f, a...))
