@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/jsonobj"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/zeebo/blake3"
 )
@@ -225,31 +226,14 @@ func (f *Frontier) UnmarshalJSON(b []byte) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
-	tok, err := dec.Token()
-	if err != nil {
-		return errs.Wrap(errs.CodeInvalidInput, err, "malformed frontier JSON")
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return bad("want an object, got %v", tok)
-	}
 	out := make(Frontier)
-	seen := make(map[string]bool)
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return errs.Wrap(errs.CodeInvalidInput, err, "malformed frontier JSON")
-		}
-		a, _ := tok.(string) // object keys are always strings
+	err := jsonobj.Fields(dec, func(a string) error {
 		if err := segment.ValidateAnchorID(a); err != nil {
 			return fmt.Errorf("malformed frontier JSON: %w", err)
 		}
-		if seen[a] {
-			return bad("anchor %q appears twice", a)
-		}
-		seen[a] = true
-		tok, err = dec.Token()
+		tok, err := dec.Token()
 		if err != nil {
-			return errs.Wrap(errs.CodeInvalidInput, err, "malformed frontier JSON")
+			return err
 		}
 		num, ok := tok.(json.Number)
 		if !ok {
@@ -262,8 +246,20 @@ func (f *Frontier) UnmarshalJSON(b []byte) error {
 		if seq > 0 {
 			out[a] = seq
 		}
-	}
-	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil
+	})
+	var coded *errs.Error
+	var notObject *jsonobj.NotObjectError
+	var dup *jsonobj.DuplicateKeyError
+	switch {
+	case err == nil:
+	case errors.As(err, &coded): // an anchor's or a seq's own error
+		return err
+	case errors.As(err, &notObject):
+		return bad("want an object, got %v", notObject.Got)
+	case errors.As(err, &dup):
+		return bad("anchor %q appears twice", dup.Key)
+	default:
 		return errs.Wrap(errs.CodeInvalidInput, err, "malformed frontier JSON")
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

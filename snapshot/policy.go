@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/jsonobj"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/zeebo/blake3"
 )
@@ -201,36 +202,23 @@ func syntaxErr(err error) error {
 // readObject reads one JSON object, calling field for each key with the
 // decoder positioned at its value. Repeated keys are refused.
 func readObject(dec *json.Decoder, path string, field func(key string) error) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return syntaxErr(err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	err := jsonobj.Fields(dec, field)
+	var coded *errs.Error
+	var notObject *jsonobj.NotObjectError
+	var dup *jsonobj.DuplicateKeyError
+	switch {
+	case err == nil, errors.As(err, &coded): // field's own error
+		return err
+	case errors.As(err, &notObject):
 		where := "the policy"
 		if path != "" {
 			where = fmt.Sprintf("%q", path[:len(path)-1])
 		}
-		return errs.New(errs.CodeInvalidInput, "policy: %s must be an object, not %s", where, describe(tok))
+		return errs.New(errs.CodeInvalidInput, "policy: %s must be an object, not %s", where, jsonobj.Describe(notObject.Got))
+	case errors.As(err, &dup):
+		return errs.New(errs.CodeInvalidInput, "policy: field %q appears twice", path+dup.Key)
 	}
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return syntaxErr(err)
-		}
-		key, _ := tok.(string) // object keys are strings
-		if seen[key] {
-			return errs.New(errs.CodeInvalidInput, "policy: field %q appears twice", path+key)
-		}
-		seen[key] = true
-		if err := field(key); err != nil {
-			return err
-		}
-	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return syntaxErr(err)
-	}
-	return nil
+	return syntaxErr(err)
 }
 
 func readString(dec *json.Decoder, path string) (string, error) {
@@ -240,7 +228,7 @@ func readString(dec *json.Decoder, path string) (string, error) {
 	}
 	s, ok := tok.(string)
 	if !ok {
-		return "", errs.New(errs.CodeInvalidInput, "policy: %q must be a string, not %s", path, describe(tok))
+		return "", errs.New(errs.CodeInvalidInput, "policy: %q must be a string, not %s", path, jsonobj.Describe(tok))
 	}
 	return s, nil
 }
@@ -252,7 +240,7 @@ func readBool(dec *json.Decoder, path string) (bool, error) {
 	}
 	b, ok := tok.(bool)
 	if !ok {
-		return false, errs.New(errs.CodeInvalidInput, "policy: %q must be true or false, not %s", path, describe(tok))
+		return false, errs.New(errs.CodeInvalidInput, "policy: %q must be true or false, not %s", path, jsonobj.Describe(tok))
 	}
 	return b, nil
 }
@@ -264,31 +252,11 @@ func readInt(dec *json.Decoder, path string) (int64, error) {
 	}
 	n, ok := tok.(json.Number)
 	if !ok {
-		return 0, errs.New(errs.CodeInvalidInput, "policy: %q must be an integer, not %s", path, describe(tok))
+		return 0, errs.New(errs.CodeInvalidInput, "policy: %q must be an integer, not %s", path, jsonobj.Describe(tok))
 	}
 	v, err := strconv.ParseInt(n.String(), 10, 64)
 	if err != nil {
 		return 0, errs.New(errs.CodeInvalidInput, "policy: %q is %s, not an integer in range", path, n)
 	}
 	return v, nil
-}
-
-// describe names a JSON token for messages.
-func describe(tok json.Token) string {
-	switch t := tok.(type) {
-	case nil:
-		return "null"
-	case json.Delim:
-		if t == '{' {
-			return "an object"
-		}
-		return "an array"
-	case string:
-		return fmt.Sprintf("the string %q", t)
-	case bool:
-		return fmt.Sprintf("%v", t)
-	case json.Number:
-		return "the number " + t.String()
-	}
-	return fmt.Sprintf("%v", tok)
 }

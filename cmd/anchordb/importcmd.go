@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/jsonobj"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
@@ -448,30 +450,23 @@ func readObject(data []byte, path string) (map[string]json.RawMessage, error) {
 		what = fmt.Sprintf("%q is not a JSON object", path)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, errs.New(errs.CodeInvalidInput, "%s", what)
-	}
 	m := map[string]json.RawMessage{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
-		}
-		key, _ := tok.(string) // object keys are strings
-		if _, seen := m[key]; seen {
-			return nil, errs.New(errs.CodeInvalidInput, "field %q appears twice", path+key)
-		}
+	err := jsonobj.Fields(dec, func(key string) error {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
+			return err
 		}
 		m[key] = raw
-	}
-	if _, err := dec.Token(); err != nil { // '}'
+		return nil
+	})
+	var notObject *jsonobj.NotObjectError
+	var dup *jsonobj.DuplicateKeyError
+	switch {
+	case errors.As(err, &notObject):
+		return nil, errs.New(errs.CodeInvalidInput, "%s", what)
+	case errors.As(err, &dup):
+		return nil, errs.New(errs.CodeInvalidInput, "field %q appears twice", path+dup.Key)
+	case err != nil:
 		return nil, errs.New(errs.CodeInvalidInput, "%s: %v", what, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
