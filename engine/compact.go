@@ -14,6 +14,7 @@ import (
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Compaction (SPEC §6) plans with the snapshot package's pure planner and
@@ -89,10 +90,6 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	}
 	db.compactMu.Lock()
 	defer db.compactMu.Unlock()
-	retain, err := db.latestVersionsBelowCuts(ctx, plan)
-	if err != nil {
-		return res, err
-	}
 	ref := policy.PolicyRef()
 	audit := func(e snapshot.AuditEntry) error {
 		line, err := snapshot.Append(db.fs, db.AuditPath(), e)
@@ -153,7 +150,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 			if err := audit(entry); err != nil {
 				return res, err
 			}
-			n, err := db.truncateSegment(ctx, a.Anchor, a.Segno, retain)
+			n, err := db.truncateSegment(ctx, a.Anchor, a.Segno)
 			if err != nil {
 				return res, err
 			}
@@ -368,51 +365,20 @@ type anchorSeq struct {
 	seq    uint64
 }
 
-// latestVersionsBelowCuts finds, for the anchors a plan truncates, the
-// records that are the newest version of some key (put or delete) and lie in
-// a segment about to be removed: the index keeps those whole. Older versions
-// there are dropped: history before the cut goes with the log.
-func (db *DB) latestVersionsBelowCuts(ctx context.Context, plan snapshot.Plan) (map[anchorSeq]bool, error) {
-	below := map[string]uint64{}
-	for _, a := range plan.Actions {
-		if a.Kind == snapshot.ActionRemoveSegment && a.LastSeq > below[a.Anchor] {
-			below[a.Anchor] = a.LastSeq
-		}
-	}
-	out := map[anchorSeq]bool{}
-	if len(below) == 0 {
-		return out, nil
-	}
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
-	if err != nil {
-		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
-	}
-	defer it.Close()
-	for ok := it.First(); ok; {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		key, _, anchor, err := parseVersionKey(it.Key())
-		if err != nil {
-			return nil, errs.Wrap(errs.CodeIndexMismatch, err, "read index")
-		}
-		ve, err := decodeVersionEntry(it.Value())
-		if err != nil {
-			return nil, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
-		}
-		// Deletes too: dropping a key's newest version, a delete, would bring
-		// an older put of it back to life.
-		if cut, ok := below[anchor]; ok && ve.Seq <= cut {
-			out[anchorSeq{anchor, ve.Seq}] = true
-		}
-		ok = nextKey(it, appendPastVersions(nil, key))
-	}
-	return out, ioErr(it.Error(), "read index")
-}
-
 // truncateSegment removes one sealed segment of the anchor, leaving its stub.
 // It is idempotent: a crash at any step is finished by running it again.
-func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, retain map[anchorSeq]bool) (int64, error) {
+//
+// Of the segment's records, it keeps whole (in the stub, and as 'k' and 'r'
+// rows) each key's newest version in the segment, put or delete; older
+// versions go with the log. That is what the state at any frontier at or
+// above the cut needs (SPEC §4): within one anchor a later seq is a later
+// version, so the newest version a truncated stretch of an anchor holds is
+// the newest of some segment of it. Deciding per segment, from the
+// segment's own records, makes the rule hold whatever the index knows (a
+// rebuild from a snapshot indexes no deletes below the snapshot) and
+// whatever plan a crash interrupted: a segment removed keeps what any later
+// cut needs of it.
+func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) (int64, error) {
 	a, err := db.getAnchor(anchor, false)
 	if err != nil || a == nil {
 		return 0, err
@@ -434,6 +400,11 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 		return 0, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
 	}
 	size := st.Size()
+	newest, err := newestVersions(f, size)
+	if err != nil {
+		f.Close()
+		return 0, frameErr(anchor, path, err)
+	}
 	sc, err := segment.NewScanner(f, size)
 	if err != nil {
 		f.Close()
@@ -468,7 +439,7 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 		_ = b.Set(seqKey(anchor, rec.Seq), se.encode(scratch[:0]), nil)
 		if rec.IsKV() {
 			vk := versionKey(rec.Key, rec.Counter, anchor)
-			if retain[anchorSeq{anchor, rec.Seq}] {
+			if newest[string(rec.Key)] == rec.Seq {
 				ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno,
 					Offset: fr.Offset, Size: 0, Inline: true, Value: rec.Value}
 				if rec.Type == segment.TypeDelete {
@@ -492,16 +463,21 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 	if err := db.writeWholeFile(stubPath, segment.AppendStub(nil, &stub)); err != nil {
 		return 0, err
 	}
-	if err := db.applyBatch(b); err != nil {
+	db.truncating.Lock()
+	err = db.applyBatch(b)
+	if err == nil {
+		db.cutsMu.Lock()
+		delete(db.cuts, anchor)
+		db.cutsMu.Unlock()
+	}
+	db.truncating.Unlock()
+	if err != nil {
 		return 0, db.fail(err)
 	}
 	if err := db.flushIndex(); err != nil {
 		return 0, db.fail(err)
 	}
 	db.files.forget(path)
-	db.cutsMu.Lock()
-	delete(db.cuts, anchor)
-	db.cutsMu.Unlock()
 	if err := db.fs.Remove(path); err != nil {
 		return 0, errs.Wrap(errs.CodeWriteFailed, err, "remove %s", path)
 	}
@@ -509,6 +485,28 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64, 
 		return 0, err
 	}
 	return size, nil
+}
+
+// newestVersions maps each key the segment's records write (puts and
+// deletes) to the seq of its last record there.
+func newestVersions(f vfs.File, size int64) (map[string]uint64, error) {
+	sc, err := segment.NewScanner(f, size)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for {
+		fr, err := sc.Next()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if fr.Record.IsKV() {
+			out[string(fr.Record.Key)] = fr.Record.Seq
+		}
+	}
 }
 
 func frameErr(anchor, path string, err error) error {

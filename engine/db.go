@@ -103,6 +103,10 @@ type DB struct {
 	testBeforeApply func()
 	cutsMu          sync.Mutex
 	cuts            map[string]uint64 // anchor → first seq still in a segment (cutOf)
+	// truncating is held (write) by a truncation while it applies its batch
+	// and forgets the anchor's cut, and (read) by GetAt from its cut check
+	// to its read of the versions: the two then agree.
+	truncating sync.RWMutex
 	// histFrom is the frontier below which a rebuild from a snapshot indexed
 	// only the snapshot's state (metaHistoryFrom); nil when every version is
 	// indexed. Set at open, read-only after.

@@ -43,6 +43,11 @@ import (
 // errFastPathAbandoned makes initIndex fall back to a full replay.
 var errFastPathAbandoned = errors.New("fast rebuild abandoned")
 
+// errSnapshotNotOfLog abandons the fast path for a snapshot whose frontier
+// names heads the log does not have: a well-formed snapshot of another
+// history, which is corrupt here (INT_003).
+var errSnapshotNotOfLog = fmt.Errorf("%w: the snapshot's frontier is not the log's", errFastPathAbandoned)
+
 // errRebuildStopped ends the snapshot's reader when the rebuild returns
 // before it is done; nobody reads it.
 var errRebuildStopped = errors.New("rebuild stopped")
@@ -336,7 +341,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			defer workers.Done()
 			var buf []byte // the worker's segment read buffer
 			for i := range next {
-				results[i].out, results[i].err = db.rebuildAnchor(anchors[i], front[anchors[i].id].Seq, &buf)
+				results[i].out, results[i].err = db.rebuildAnchor(anchors[i], front[anchors[i].id], &buf)
 				close(results[i].ok)
 			}
 		}()
@@ -358,6 +363,12 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	}()
 	tail := &tailRuns{db: db, dir: tmp, done: done}
 	var clock, records uint64
+	// The snapshot holds no deletes, so its state stands for the frontier
+	// only if every tail record sorts after every record inside it (merged
+	// order, SPEC §1): a caller's counters can put a tail record before a
+	// delete inside the frontier, which a full replay then applies last.
+	var lastIn, firstAfter mergedPos
+	anyAfter := false
 	var kept []keptRecord
 	for i, ra := range anchors {
 		if err := ctx.Err(); err != nil {
@@ -368,6 +379,9 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		r := results[i]
 		results[i].out = rebuiltAnchor{} // let it go
 		if r.err != nil {
+			if errors.Is(r.err, errSnapshotNotOfLog) {
+				db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: info.Path, Err: errs.New(errs.CodeSnapshotCorrupted, "%v", r.err)})
+			}
 			if errors.Is(r.err, errFastPathAbandoned) {
 				return abandon("anchor %q: %v", ra.id, r.err)
 			}
@@ -395,6 +409,16 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 		clock = max(clock, r.out.st.lastCounter)
 		records += r.out.records
+		if p := (mergedPos{r.out.frCounter, ra.id}); front[ra.id].Seq > 0 && lastIn.before(p) {
+			lastIn = p
+		}
+		if p := (mergedPos{r.out.tailCounter, ra.id}); r.out.tail && (!anyAfter || p.before(firstAfter)) {
+			firstAfter, anyAfter = p, true
+		}
+	}
+	if anyAfter && !lastIn.before(firstAfter) {
+		return abandon("anchor %q seq %d (counter %d) sorts before the last record inside the snapshot's frontier (anchor %q, counter %d)",
+			firstAfter.anchor, front[firstAfter.anchor].Seq+1, firstAfter.counter, lastIn.anchor, lastIn.counter)
 	}
 	if err := tail.flush(); err != nil {
 		return err
@@ -458,10 +482,14 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 
 // rebuiltAnchor is one anchor's rows, sorted within each table, and its head.
 type rebuiltAnchor struct {
-	st         anchorHead
-	s, i, n, k []kv // k: versions of the tail
-	kept       []keptRecord
-	records    uint64
+	// frCounter is the counter of the record at the snapshot's frontier,
+	// tailCounter that of the first after it (when tail is set).
+	frCounter, tailCounter uint64
+	tail                   bool
+	st                     anchorHead
+	s, i, n, k             []kv // k: versions of the tail
+	kept                   []keptRecord
+	records                uint64
 }
 
 // keptRecord is a record a stub kept, with the segment it was removed from.
@@ -527,10 +555,14 @@ func (db *DB) rebuildAnchors() ([]rebuildAnchor, error) {
 }
 
 // rebuildAnchor reads one anchor's stubs and segments and returns its s, i
-// and n rows (sorted), the k rows of its tail (after the frontier seq fr) and
-// its head. It runs in a worker; it writes nothing.
-func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, buf *[]byte) (rebuiltAnchor, error) {
+// and n rows (sorted), the k rows of its tail (after the snapshot's head
+// for the anchor, front) and its head. It runs in a worker; it writes
+// nothing. A log whose record at the head's seq is not the head the
+// snapshot names is not the snapshot's history: errSnapshotNotOfLog.
+func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) (rebuiltAnchor, error) {
 	var out rebuiltAnchor
+	fr := front.Seq
+	var frHash segment.Hash // the log's hash at seq fr
 	// The s rows, one per record, are cut from shared blocks: one
 	// allocation per 64 KiB instead of two per record.
 	var arena []byte
@@ -571,6 +603,12 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, buf *[]byte) (rebuiltAn
 			out.k = append(out.k, kv{versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil)})
 		}
 		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter
+		if rec.Seq == fr {
+			frHash, out.frCounter = rec.Hash, rec.Counter
+		}
+		if rec.Seq == fr+1 {
+			out.tail, out.tailCounter = true, rec.Counter
+		}
 		out.records++
 	}
 	// Stubs first (a truncated log), then segments.
@@ -595,6 +633,12 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, buf *[]byte) (rebuiltAn
 			leaf := segment.LeafHash(h)
 			_ = tree.Append(leaf[:], visit)
 			st.head, st.headHash, st.lastCounter = rec.Seq, h, rec.Counter
+			if rec.Seq == fr {
+				frHash, out.frCounter = h, rec.Counter
+			}
+			if rec.Seq == fr+1 {
+				out.tail, out.tailCounter = true, rec.Counter
+			}
 		}
 		// Idempotency keys go to the sorted i table. Kept records wait for
 		// the snapshot: only those still in its state are indexed (one that
@@ -660,6 +704,9 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, fr uint64, buf *[]byte) (rebuiltAn
 	}
 	if st.head < fr {
 		return out, fmt.Errorf("%w: the log ends at seq %d, before the snapshot's frontier %d", errFastPathAbandoned, st.head, fr)
+	}
+	if fr > 0 && frHash != front.Hash {
+		return out, fmt.Errorf("%w: anchor %q seq %d is %s in the log, %s in the snapshot", errSnapshotNotOfLog, ra.id, fr, frHash, front.Hash)
 	}
 	slices.SortFunc(nodes, func(a, b kv) int { return bytes.Compare(a.k, b.k) })
 	slices.SortFunc(idems, func(a, b kv) int { return bytes.Compare(a.k, b.k) })

@@ -193,8 +193,12 @@ func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version,
 	if err := f.Validate(); err != nil {
 		return Version{}, err
 	}
-	// Compaction keeps only each key's newest version below a cut: the state
-	// at a frontier inside the truncated part is no longer known.
+	// Compaction keeps, of the segments it removes, each key's newest version
+	// in each: the state at a frontier at or above the cut is known, inside
+	// the truncated part it is not. A truncation that runs meanwhile waits:
+	// the cut checked here and the versions read below are of one index.
+	db.truncating.RLock()
+	defer db.truncating.RUnlock()
 	for _, id := range f.Anchors() {
 		first, err := db.cutOf(id)
 		if err != nil {

@@ -233,11 +233,19 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 		}
 	}
 	var after merge.Frontier
+	var last mergedPos // the last record inside base's frontier, in merged order
 	if base != nil {
 		out.Base = base.Name
 		after = merge.Frontier(base.Frontier.Seqs())
+		if last, err = db.lastInMergedOrder(after); err != nil {
+			return out, err
+		}
 	}
-	n, sum, err := db.replayState(ctx, f, base, after)
+	n, sum, err := db.replayState(ctx, f, base, after, last)
+	if errors.Is(err, errBaseOrder) {
+		out.Note = fmt.Sprintf("no replay: %v; the log below the cut was truncated, and the file and its state hash verify", err)
+		return out, nil
+	}
 	out.ReplayedRecords, out.ReplayStateHash, out.Replayed = n, sum, err == nil
 	if err != nil {
 		return out, err
@@ -249,7 +257,9 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 }
 
 // cutOf returns firstPresent of the anchor, cached: it changes only when
-// compaction truncates the anchor (truncateSegment forgets the entry).
+// compaction truncates the anchor (truncateSegment forgets the entry). The
+// caller holds db.truncating for reading, so no truncation applies its
+// batch between the index read and the store.
 func (db *DB) cutOf(anchor string) (uint64, error) {
 	db.cutsMu.Lock()
 	v, ok := db.cuts[anchor]
@@ -304,15 +314,79 @@ func (db *DB) replayBase(ctx context.Context, path string, f merge.Frontier) (*s
 		if err != nil {
 			continue
 		}
-		return &v, nil
+		// A base must be of this log: its frontier's head hashes are the
+		// log's (a well-formed snapshot of another history is not).
+		match, err := db.frontierMatchesLog(v.Frontier)
+		if err != nil {
+			return nil, err
+		}
+		if match {
+			return &v, nil
+		}
 	}
 	return nil, nil
 }
 
+// frontierMatchesLog reports whether every head a snapshot's frontier names
+// is the log's record at that seq.
+func (db *DB) frontierMatchesLog(front snapshot.Frontier) (bool, error) {
+	for id, h := range front {
+		e, ok, err := db.seqEntry(id, h.Seq)
+		if err != nil {
+			return false, err
+		}
+		if !ok || e.Hash != h.Hash {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// mergedPos is a record's place in merged order (SPEC §1).
+type mergedPos struct {
+	counter uint64
+	anchor  string
+}
+
+func (p mergedPos) before(q mergedPos) bool {
+	return p.counter < q.counter || p.counter == q.counter && p.anchor < q.anchor
+}
+
+// lastInMergedOrder returns the place of the last record inside f in merged
+// order: within an anchor counters rise with seq, so it is the greatest of
+// the frontier's heads.
+func (db *DB) lastInMergedOrder(f merge.Frontier) (mergedPos, error) {
+	var last mergedPos
+	for _, id := range f.Anchors() {
+		e, ok, err := db.seqEntry(id, f[id])
+		if err != nil {
+			return last, err
+		}
+		if !ok {
+			return last, errs.New(errs.CodeIndexMismatch, "no 's' row for anchor %q seq %d", id, f[id])
+		}
+		if p := (mergedPos{e.Counter, id}); last.before(p) {
+			last = p
+		}
+	}
+	return last, nil
+}
+
+// errBaseOrder stops a replay from a base that a record after the base's
+// frontier sorts before: the base's state already holds what merged order
+// puts after that record, so the base cannot be a prefix of the replay.
+var errBaseOrder = errors.New("a record after the base snapshot's frontier sorts before the base's last record")
+
 // replayState replays the merged log up to f — starting from base's state
 // and after its frontier when base is set — into a scratch store and returns
 // the number of records applied and the state hash of the result.
-func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.Info, after merge.Frontier) (uint64, segment.Hash, error) {
+//
+// Starting from base is a shortcut that holds only when every record after
+// base's frontier sorts after last, the last record inside it: merged order
+// is by (counter, anchor id) and a caller may choose counters, so a record
+// appended after the base was taken can sort before records in it. The
+// replay then stops with errBaseOrder.
+func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.Info, after merge.Frontier, last mergedPos) (uint64, segment.Hash, error) {
 	var tag [8]byte
 	_, _ = rand.Read(tag[:])
 	dir := db.fs.PathJoin(db.dir, "tmp", "replay-"+hex.EncodeToString(tag[:]))
@@ -354,6 +428,10 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.
 			return n, segment.Hash{}, err
 		}
 		rec := p.Record
+		if base != nil && n == 0 && !last.before(mergedPos{rec.Counter, rec.Anchor}) {
+			_ = b.Close()
+			return n, segment.Hash{}, fmt.Errorf("%w (anchor %q seq %d, counter %d)", errBaseOrder, rec.Anchor, rec.Seq, rec.Counter)
+		}
 		switch rec.Type {
 		case segment.TypePut:
 			_ = b.Set(rec.Key, rec.Value, nil)

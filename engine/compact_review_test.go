@@ -1,0 +1,328 @@
+package engine
+
+// Regression tests from stop 18's review of compaction, snapshots and the
+// rebuild from a snapshot: each failed on the code before its fix.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/merge"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func fillAnchor(t *testing.T, db *DB, anchor string, n int, tag string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := 0; i < n; i++ {
+		if _, err := db.Put(ctx, anchor, []byte(fmt.Sprintf("fill-%s-%04d", tag, i)), []byte("some filler value of a few dozen bytes")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// GetAt at a frontier at the cut (not inside the truncated log) is the
+// state a replay gives (SPEC §4), although a newer version of the key
+// exists above the cut: a truncation keeps each key's newest version of
+// every segment it removes, not only the key's newest version overall.
+func TestGetAtAtTheCutAfterTruncation(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 200, "x") // several sealed segments
+	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v2")); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 10, "y")
+	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RemovedBytes == 0 {
+		t.Fatalf("nothing truncated: %s", res.Plan)
+	}
+	first, err := db.firstPresent("a")
+	if err != nil || first <= 2 {
+		t.Fatalf("firstPresent = %d, %v", first, err)
+	}
+	cut := first - 1
+	// The frontier {a: cut} is at the cut, not inside the truncated part:
+	// GetAt is not refused. It contains the put k=v1 (seq 1) and not k=v2.
+	v, err := db.GetAt(ctx, []byte("k"), merge.Frontier{"a": cut})
+	if err != nil || string(v.Value) != "v1" {
+		t.Fatalf("GetAt(k, {a:%d}) after truncation = %q, %v; a replay of the log gives \"v1\" (SPEC §4)", cut, v.Value, err)
+	}
+}
+
+// A snapshot holds no deletes. When a tail record sorts before the last
+// record inside the snapshot's frontier (caller counters, SPEC §1), a
+// delete there may be the key's last version in merged order: the fast
+// rebuild gives way to a full replay, which gives the same Get answers.
+func TestFastRebuildAbandonedWhenTheTailSortsFirst(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+	db := mustOpen(t, fs, opts)
+	if _, err := db.Put(ctx, "b", []byte("k"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Append(ctx, Entry{Anchor: "b", Type: "delete", Key: []byte("k"), Counter: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	// The tail: a put on another anchor with a caller counter below the
+	// delete's. It sorts before the delete in merged order.
+	if _, err := db.Append(ctx, Entry{Anchor: "c", Type: "put", Key: []byte("k"), Value: []byte("y"), Counter: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("before the rebuild: Get(k) = %q, %v; want not found", v.Value, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned := false
+	for _, ev := range plan.Report.Events {
+		abandoned = abandoned || ev.Kind == EventFastRebuildAbandoned
+	}
+	if !abandoned {
+		t.Fatalf("the fast path was taken: %v", plan.Report.Events)
+	}
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if v, err := db.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after rebuild-index --from-snapshot: Get(k) = %q, %v; a full replay says not found (the delete, counter 1000000, is last in merged order)", v.Value, err)
+	}
+}
+
+// VerifySnapshot over a truncated log replays from an older snapshot (the
+// base). When a record after the base's frontier sorts before the base's
+// last record, the base is no prefix of the replay: that is a replay the
+// database cannot do (a note), not a corrupt snapshot (INT_003, SPEC §6).
+func TestVerifySnapshotFromABaseTheTailSortsBefore(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 2, RawLog: "truncate", VerifyBeforeDelete: true}
+	fillAnchor(t, db, "a", 200, "x")
+	if _, err := db.Append(ctx, Entry{Anchor: "b", Type: "put", Key: []byte("k"), Value: []byte("B"), Counter: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err != nil { // S1
+		t.Fatal(err)
+	}
+	// After S1, a put of k on a new anchor that sorts *before* b's put.
+	if _, err := db.Append(ctx, Entry{Anchor: "c", Type: "put", Key: []byte("k"), Value: []byte("C"), Counter: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Get(ctx, []byte("k")); err != nil || string(v.Value) != "B" {
+		t.Fatalf("Get(k) = %q, %v; want B (counter 1000000 is last)", v.Value, err)
+	}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true}) // S2, truncates a below S1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RemovedBytes == 0 || res.Created == nil {
+		t.Fatalf("expected a snapshot and a truncation: %s", res.Plan)
+	}
+	v, err := db.VerifySnapshot(ctx, res.Created.Path)
+	if err != nil {
+		t.Fatalf("VerifySnapshot of the database's own snapshot (base %q): %v", v.Base, err)
+	}
+	if v.Replayed || !strings.Contains(v.Note, "sorts before") {
+		t.Fatalf("replayed %v, note %q: want no replay, and a note that says why", v.Replayed, v.Note)
+	}
+}
+
+// After a rebuild from a snapshot the index has no row for a key deleted
+// below the snapshot's frontier. A truncation decides what to keep from the
+// segment's own records, so the delete is kept in its stub, and a full
+// rebuild afterwards does not bring back the older put (SPEC §3: the index
+// is a projection of the files).
+func TestTruncationAfterFastRebuildKeepsADelete(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+	db := mustOpen(t, fs, opts)
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete(ctx, "b", []byte("k")); err != nil {
+		t.Fatal(err)
+	}
+	// b's delete ends up in a sealed segment.
+	fillAnchor(t, db, "b", 200, "x")
+	// S1.
+	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := false
+	for _, ev := range plan.Report.Events {
+		if ev.Kind == EventStateFromSnapshot {
+			fast = true
+		}
+	}
+	if !fast {
+		t.Fatalf("fast path not taken: %+v", plan.Report.Events)
+	}
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "b", 5, "y")
+	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}) // S2, truncate b below S1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RemovedBytes == 0 {
+		t.Fatalf("nothing truncated: %s", res.Plan)
+	}
+	if v, err := db.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after truncation: Get(k) = %q, %v; want not found", v.Value, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RebuildIndex(ctx, "db", opts, true); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if v, err := db.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("after a full rebuild-index: Get(k) = %q, %v; the key was deleted (b seq 1 is its last version)", v.Value, err)
+	}
+}
+
+// A well-formed snapshot whose frontier names heads the log does not have
+// is corrupt here (INT_003, SPEC §6): the fast rebuild skips it, says so,
+// and replays the log instead.
+func TestFastRebuildSkipsASnapshotOfAnotherLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+	db := mustOpen(t, fs, opts)
+	r, err := db.Put(ctx, "a", []byte("k"), []byte("real"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a", []byte("j"), []byte("real-j")); err != nil {
+		t.Fatal(err)
+	}
+	// A well-formed snapshot (every file hash right) of another history of
+	// anchor "a": its head hash at seq 2 is not the log's.
+	foreign := snapshot.Frontier{"a": {Seq: 2, Hash: segment.Hash{1, 2, 3}}}
+	if _, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: foreign}, func(yield func(snapshot.Entry, error) bool) {
+		yield(snapshot.Entry{Key: []byte("k"), Value: []byte("foreign"), Version: snapshot.Version{Anchor: "a", Seq: 1, Counter: r.Counter, Hash: r.Hash}}, nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := false
+	for _, ev := range plan.Report.Events {
+		if ev.Kind == EventStateFromSnapshot {
+			t.Fatalf("the index was built from the foreign snapshot: %v", plan.Report.Events)
+		}
+		skipped = skipped || ev.Kind == EventSnapshotSkipped && CodeOf(ev.Err) == errs.CodeSnapshotCorrupted
+	}
+	if !skipped {
+		t.Fatalf("no INT_003 snapshot_skipped event: %v", plan.Report.Events)
+	}
+	db = mustOpen(t, fs, opts)
+	defer db.Close()
+	k, kerr := db.Get(ctx, []byte("k"))
+	j, jerr := db.Get(ctx, []byte("j"))
+	if kerr != nil || string(k.Value) != "real" || jerr != nil || string(j.Value) != "real-j" {
+		t.Fatalf("after rebuild-index --from-snapshot with a snapshot whose frontier disagrees with the log: Get(k) = %q %v, Get(j) = %q %v; want \"real\", \"real-j\" (the snapshot should be skipped as INT_003)",
+			k.Value, kerr, j.Value, jerr)
+	}
+}
+
+// GetAt racing a truncation: the cut it caches must be the index's after
+// the truncation, or it would answer inside the truncated log instead of
+// refusing with STATE_003. The race is timing-dependent; the test retries.
+func TestGetAtDuringATruncation(t *testing.T) {
+	ctx := context.Background()
+	for attempt := 0; attempt < 60; attempt++ {
+		fs := vfs.NewMem()
+		db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+		fillAnchor(t, db, "a", 400, "x")
+		if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+			t.Fatal(err)
+		}
+		fillAnchor(t, db, "a", 5, "y")
+		// fill-x-0300 gets a newer version above the cut: its version at
+		// seq 301 is not the newest and goes with the truncated log.
+		if _, err := db.Put(ctx, "a", []byte("fill-x-0300"), []byte("newer")); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// A reader of the state at some frontier; truncateSegment
+				// empties the cache after each segment it removes.
+				_, _ = db.GetAt(ctx, []byte("fill-x-0001"), merge.Frontier{"a": 1000})
+			}
+		}()
+		res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+		close(stop)
+		<-done
+		if err != nil || res.RemovedBytes == 0 {
+			t.Fatalf("compact: %v %s", err, res.Plan)
+		}
+		cached, _ := db.cutOf("a")
+		real, _ := db.firstPresent("a")
+		if cached != real {
+			_, gerr := db.GetAt(ctx, []byte("fill-x-0300"), merge.Frontier{"a": real - 2})
+			db.Close()
+			t.Fatalf("attempt %d: cut cache says the log starts at %d, the index at %d; GetAt inside the truncated log returns %v instead of STATE_003", attempt, cached, real, gerr)
+		}
+		db.Close()
+	}
+}
