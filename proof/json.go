@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/jsonobj"
 	"github.com/anchordb/anchordb/segment"
 )
 
@@ -330,9 +333,19 @@ func marshal(v any) ([]byte, error) {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-// decodeStrict decodes one JSON value into v, refusing unknown fields and
-// trailing data. Errors are INPUT_001.
+// decodeStrict decodes one JSON object into v, a pointer to a struct whose
+// fields all have json tags, refusing unknown fields and trailing data.
+// Errors are INPUT_001.
+//
+// A key must be exactly a tag's name, and appear once. encoding/json alone
+// matches keys without regard to case and lets the last of two equal keys
+// win: a proof could then carry "root" with a root its reader trusts, for
+// any tool that reads the file as it is written, and "Root" with the root
+// it was made against, for this decoder.
 func decodeStrict(data []byte, v any) error {
+	if err := checkKeys(data, reflect.TypeOf(v).Elem()); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -340,6 +353,35 @@ func decodeStrict(data []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errs.New(errs.CodeInvalidInput, "trailing data after the JSON object")
+	}
+	return nil
+}
+
+// checkKeys refuses an object with a key that is not exactly the json tag
+// name of one of the fields of struct type t, or that appears twice.
+func checkKeys(data []byte, t reflect.Type) error {
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		names[name] = true
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	err := jsonobj.Fields(dec, func(key string) error {
+		if !names[key] {
+			return errs.New(errs.CodeInvalidInput, "unknown field %q (field names are exact and lower case)", key)
+		}
+		var raw json.RawMessage
+		return dec.Decode(&raw)
+	})
+	var notObject *jsonobj.NotObjectError
+	var dup *jsonobj.DuplicateKeyError
+	switch {
+	case errors.As(err, &notObject):
+		return errs.New(errs.CodeInvalidInput, "want a JSON object, found %s", jsonobj.Describe(notObject.Got))
+	case errors.As(err, &dup):
+		return errs.New(errs.CodeInvalidInput, "field %q appears twice", dup.Key)
+	case err != nil:
+		return asInput(err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package proof
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -315,5 +316,83 @@ func TestVerifyConsistencyEdgeCases(t *testing.T) {
 			continue
 		}
 		wantCode(t, err, c.code)
+	}
+}
+
+// TestProofJSONKeysAreExact: VerifyJSON verifies the proof a plain reader
+// of the file sees. Users compare a proof's "anchor", "size" and "root" with
+// a signed checkpoint using any JSON tool; encoding/json alone matches keys
+// without regard to case, so a file carrying the trusted root as "root" and
+// the forger's as "Root" verified a forged leaf (found in stop 18's review).
+// A key that is not exactly a documented name, or appears twice, is
+// INPUT_001.
+func TestProofJSONKeysAreExact(t *testing.T) {
+	ctx := context.Background()
+	// The honest tree, whose root a signed checkpoint holds.
+	honest := NewMemStore()
+	for i := 0; i < 4; i++ {
+		_ = honest.Append(segment.Hash{byte(i + 1)})
+	}
+	trusted := honest.Root()
+	// The forger's tree with a record that never existed at seq 2.
+	forged := NewMemStore()
+	fake := segment.Hash{0xEE}
+	for i := 0; i < 4; i++ {
+		h := segment.Hash{byte(i + 1)}
+		if i == 1 {
+			h = fake
+		}
+		_ = forged.Append(h)
+	}
+	p, err := ProveInclusion(ctx, forged, "a", 2, 4, fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proofJSON, _ := json.Marshal(p.Proof)
+	doc := `{"anchor":"a","seq":2,"size":4,"leaf":"` + fake.String() + `","root":"` + trusted.String() +
+		`","Root":"` + p.Root.String() + `","proof":` + string(proofJSON) + `,"kind":"inclusion"}`
+
+	// What a case-sensitive reader (jq, python, Go map) sees as the root:
+	var plain map[string]any
+	if err := json.Unmarshal([]byte(doc), &plain); err != nil {
+		t.Fatal(err)
+	}
+	if plain["root"] != trusted.String() {
+		t.Fatalf("setup: plain root %v", plain["root"])
+	}
+	v, err := VerifyJSON([]byte(doc))
+	if err == nil {
+		t.Fatalf("VerifyJSON accepted a proof whose \"root\" is the trusted root %s but which verified against a second key \"Root\" %s: %s",
+			trusted, v.Inclusion.Root, v)
+	}
+	if errs.CodeOf(err) != errs.CodeInvalidInput {
+		t.Fatalf("refused with %v, want INPUT_001", err)
+	}
+	// The honest proof verifies; with any key in another case, or twice,
+	// it is INPUT_001.
+	good, err := ProveInclusion(ctx, honest, "a", 2, 4, segment.Hash{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goodJSON, err := json.Marshal(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyJSON(goodJSON); err != nil {
+		t.Fatalf("the honest proof: %v", err)
+	}
+	for _, bad := range []string{
+		strings.Replace(string(goodJSON), `"seq"`, `"SEQ"`, 1),
+		strings.Replace(string(goodJSON), `"anchor"`, `"Anchor"`, 1),
+		strings.Replace(string(goodJSON), `{`, `{"size":4,`, 1),
+	} {
+		if _, err := VerifyJSON([]byte(bad)); errs.CodeOf(err) != errs.CodeInvalidInput {
+			t.Errorf("%s: err %v, want INPUT_001", bad, err)
+		}
+	}
+	// An escape spells the same key: "r\u006fot" is "root".
+	escaped := strings.Replace(string(goodJSON), `"root"`, `"r\u006fot"`, 1)
+	if _, err := VerifyJSON([]byte(escaped)); err != nil {
+		t.Errorf("%s: %v", escaped, err)
 	}
 }
