@@ -58,7 +58,8 @@ type anchorCheck struct {
 
 	fromSeg   uint64 // incremental: the segment of the trusted record
 	fromEnd   int64  // and the offset just past it
-	resumeOff int64  // where the scan of the next segment starts (0: its start)
+	resume    bool   // the next segment (or stub) holds the trusted record
+	resumeOff int64  // and the offset just past it in a segment
 	complete  bool   // the pass reached the end
 	batch     *pebble.Batch
 	scratch   []byte
@@ -363,7 +364,9 @@ func (c *anchorCheck) resumeFrom(segs []segInfo) (int, error) {
 		c.report(errs.CodeChainBroken, c.start-1, c.segPath(c.fromSeg), 0, "segment %d, which holds seq %d, is missing", c.fromSeg, c.start-1)
 		return -1, nil
 	}
-	c.resumeOff = c.fromEnd
+	// Not the offset alone: a stub's rows rebuilt from the files say offset
+	// 0 (the frames are gone), and the pass still starts inside it.
+	c.resume, c.resumeOff = true, c.fromEnd
 	return i, nil
 }
 
@@ -445,11 +448,11 @@ func (c *anchorCheck) scanSegment(s segInfo, newest bool) error {
 		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
 		return nil
 	}
-	if c.resumeOff > 0 {
+	if c.resume {
 		// An incremental pass starts inside this segment, after the
 		// trusted record.
 		off := c.resumeOff
-		c.resumeOff = 0
+		c.resume, c.resumeOff = false, 0
 		if c.next < h.FirstSeq || off > st.Size() {
 			c.report(errs.CodeChainBroken, c.next, s.path, off, "segment %d cannot hold seq %d at offset %d", s.segno, c.next, off)
 			return nil

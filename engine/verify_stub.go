@@ -52,10 +52,10 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 		return nil
 	}
 	first := st.FirstSeq
-	if c.resumeOff > 0 {
+	if c.resume {
 		// An incremental pass that starts inside a truncated segment: skip
 		// the hashes the trusted checkpoint covers.
-		c.resumeOff = 0
+		c.resume, c.resumeOff = false, 0
 		first = c.next
 		if first < st.FirstSeq || first > st.LastSeq()+1 {
 			c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment stub of seqs %d..%d cannot continue at seq %d", st.FirstSeq, st.LastSeq(), c.next)
