@@ -25,7 +25,9 @@ type Entry struct {
 	// than the anchor's last counter (else STATE_002) and at most
 	// MaxCallerCounter (else INPUT_001). Zero: the Lamport clock assigns one.
 	Counter uint64
-	// Time, if nonzero, is recorded as the record time; zero: now.
+	// Time, if nonzero, is recorded as the record time; zero: now. A
+	// record time is int64 Unix nanoseconds: a time outside the years
+	// 1678..2262 is INPUT_001 (CheckRecordTime).
 	Time time.Time
 }
 
@@ -108,6 +110,9 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 		err := segment.ValidateContent(e.Anchor, e.Type, e.Key, e.Value, e.IdempotencyKey, db.opts.Limits)
 		if err == nil {
 			err = CheckCallerCounter(e.Counter, len(e.IdempotencyKey) > 0)
+		}
+		if err == nil {
+			err = CheckRecordTime(e.Time)
 		}
 		if err != nil {
 			if len(entries) > 1 {
@@ -258,6 +263,22 @@ func (db *DB) writable() error {
 }
 
 var errClosed = errs.New(errs.CodeWriteFailed, "database is closed")
+
+// The range of a record time, int64 Unix nanoseconds.
+var (
+	minRecordTime = time.Unix(0, math.MinInt64)
+	maxRecordTime = time.Unix(0, math.MaxInt64)
+)
+
+// CheckRecordTime refuses a caller's record time that int64 Unix
+// nanoseconds cannot hold (before 1677-09-21 or after 2262-04-11 UTC): it
+// would be recorded as another time. The zero time means now, and passes.
+func CheckRecordTime(t time.Time) error {
+	if t.IsZero() || !t.Before(minRecordTime) && !t.After(maxRecordTime) {
+		return nil
+	}
+	return errs.New(errs.CodeInvalidInput, "record time %s is outside the years 1678..2262 a record time can hold", t.UTC().Format(time.RFC3339Nano))
+}
 
 // CheckCallerCounter refuses, before anything is appended, a caller counter
 // that no append may carry: above MaxCounter, or above MaxCallerCounter

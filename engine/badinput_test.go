@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -106,6 +107,8 @@ func TestInputLimits(t *testing.T) {
 		{"anchor id of 255 bytes", Entry{Anchor: long(255, 'a'), Type: segment.TypePut, Key: []byte("k255"), Value: []byte("v")}},
 		{"anchor id of 255 bytes of UTF-8", Entry{Anchor: strings.Repeat("é", 127) + "x", Type: segment.TypePut, Key: []byte("k255u"), Value: []byte("v")}},
 		{"type of 64 bytes", Entry{Anchor: "lim", Type: long(64, 'T'), Value: []byte("payload")}},
+		{"time at the int64 limit", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("tmax"), Value: []byte("v"), Time: time.Unix(0, math.MaxInt64)}},
+		{"time at the negative int64 limit", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("tmin"), Value: []byte("v"), Time: time.Unix(0, math.MinInt64)}},
 		{"anchor id ../x", Entry{Anchor: "../x", Type: segment.TypePut, Key: []byte("dotdot"), Value: []byte("v")}},
 		{"anchor id a/b", Entry{Anchor: "a/b", Type: segment.TypePut, Key: []byte("slash"), Value: []byte("v")}},
 		{"anchor id .", Entry{Anchor: ".", Type: segment.TypePut, Key: []byte("dot"), Value: []byte("v")}},
@@ -119,7 +122,8 @@ func TestInputLimits(t *testing.T) {
 			t.Fatalf("%s: refused: %v", c.name, err)
 		}
 		rec, err := db.Record(ctx, c.e.Anchor, r.Seq)
-		if err != nil || rec.Hash != r.Hash || !bytes.Equal(rec.Key, c.e.Key) || !bytes.Equal(rec.Value, c.e.Value) || !bytes.Equal(rec.IdempotencyKey, c.e.IdempotencyKey) || rec.Type != c.e.Type {
+		if err != nil || rec.Hash != r.Hash || !bytes.Equal(rec.Key, c.e.Key) || !bytes.Equal(rec.Value, c.e.Value) || !bytes.Equal(rec.IdempotencyKey, c.e.IdempotencyKey) || rec.Type != c.e.Type ||
+			!c.e.Time.IsZero() && rec.Time != c.e.Time.UnixNano() {
 			t.Fatalf("%s: read back %v (%d-byte value), want the record appended", c.name, err, len(rec.Value))
 		}
 		if c.e.Type == segment.TypePut {
@@ -196,6 +200,11 @@ func TestInputLimits(t *testing.T) {
 		{"counter above MaxCallerCounter", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: MaxCallerCounter + 1}, strconv.FormatUint(MaxCallerCounter, 10)},
 		{"counter MaxCounter", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: MaxCounter}, strconv.FormatUint(MaxCallerCounter, 10)},
 		{"counter 2^64-1", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: ^uint64(0)}, strconv.FormatUint(MaxCallerCounter, 10)},
+		// int64 Unix nanoseconds wrap outside these years: the record would
+		// say another time (stop 18's review).
+		{"time in the year 3000", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Time: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}, "1678..2262"},
+		{"time in the year 1000", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Time: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, "1678..2262"},
+		{"time 1 ns past int64", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Time: time.Unix(0, math.MaxInt64).Add(1)}, "1678..2262"},
 	}
 	// Pebble's own directory changes on its own (compactions, obsolete
 	// files): index rows are checked through Anchors and the metrics

@@ -703,12 +703,6 @@ func counterField(m map[string]json.RawMessage, name string) (uint64, error) {
 	return c, nil
 }
 
-// The record time is int64 Unix nanoseconds.
-var (
-	minTime = time.Unix(0, 0).Add(-1 << 63)
-	maxTime = time.Unix(0, 1<<63-1)
-)
-
 // timeField reads an RFC 3339 time. Absent or null is the zero time (now).
 func timeField(m map[string]json.RawMessage, name string) (time.Time, error) {
 	s, err := stringField(m, name, false)
@@ -719,7 +713,7 @@ func timeField(m map[string]json.RawMessage, name string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q is not an RFC 3339 time: %v", name, err)
 	}
-	if t.Before(minTime) || t.After(maxTime) {
+	if engine.CheckRecordTime(t) != nil {
 		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q %s is outside the years 1678..2262 a record time can hold", name, s)
 	}
 	return t, nil
