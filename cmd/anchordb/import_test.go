@@ -145,6 +145,8 @@ func TestImportErrors(t *testing.T) {
 		{"put without key", []string{`{"anchor":"e","value":"v"}`}, "INPUT_001", 2, 1, 0},
 		{"bad base64", []string{`{"anchor":"e","key":"k","value":{"b64":"!!"}}`}, "INPUT_001", 2, 1, 0},
 		{"b64 with extra field", []string{`{"anchor":"e","key":"k","value":{"b64":"AA==","x":1}}`}, "INPUT_001", 2, 1, 0},
+		{"b64 null", []string{`{"anchor":"e","key":"k","value":{"b64":null}}`}, "INPUT_001", 2, 1, 0},
+		{"b64 a number", []string{`{"anchor":"e","key":"k","value":{"b64":1}}`}, "INPUT_001", 2, 1, 0},
 		{"value a number", []string{`{"anchor":"e","key":"k","value":1}`}, "INPUT_001", 2, 1, 0},
 		{"counter zero", []string{`{"anchor":"e","key":"k","counter":0}`}, "INPUT_001", 2, 1, 0},
 		{"counter fraction", []string{`{"anchor":"e","key":"k","counter":1.5}`}, "INPUT_001", 2, 1, 0},

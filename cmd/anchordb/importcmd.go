@@ -676,8 +676,13 @@ func bytesField(m map[string]json.RawMessage, name string) ([]byte, error) {
 	if len(obj) != 1 || obj["b64"] == nil {
 		return nil, errs.New(errs.CodeInvalidInput, `%q must be a JSON string or {"b64":"…"}`, name)
 	}
-	var b64 string
-	if err := json.Unmarshal(obj["b64"], &b64); err != nil {
+	// Not json.Unmarshal into a string: it takes null for "" without an
+	// error, and {"b64":null} would be an empty value.
+	b64, isString, err := decodeString(obj["b64"], name+".b64")
+	if err != nil {
+		return nil, err
+	}
+	if !isString {
 		return nil, errs.New(errs.CodeInvalidInput, `%q: "b64" must be a JSON string`, name)
 	}
 	b, err := base64.StdEncoding.Strict().DecodeString(b64)
