@@ -59,8 +59,9 @@ type VerifyOptions struct {
 	// be that tree's last leaf. Anchors it does not list are checked in full.
 	From *proof.Checkpoint
 	// VerifierKeys, if set, are the note verifier keys the checkpoints
-	// stored in the database must be signed with (AUTH_003 otherwise).
-	// Without them only the checkpoints' bodies are checked.
+	// stored in the database must be signed with (AUTH_003 otherwise); a
+	// malformed key fails Verify with INPUT_001. Without them only the
+	// checkpoints' bodies are checked.
 	VerifierKeys []string
 	// Snapshots checks the database's snapshots (INT_003 findings). Nil
 	// means the engine's default, if one is registered.
@@ -123,6 +124,11 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	}
 	if err := db.awaitVisible(ctx); err != nil {
 		return VerifyReport{}, err
+	}
+	// A malformed key is bad input, not a signature every stored checkpoint
+	// fails (nor nothing at all, when none is stored).
+	if err := proof.CheckVerifierKeys(opts.VerifierKeys...); err != nil {
+		return VerifyReport{}, fmt.Errorf("verify: %w", err)
 	}
 	v := &verifier{db: db, opts: opts, parent: ctx, seeds: newDigestSeeds()}
 	v.ctx, v.cancel = context.WithCancel(ctx)

@@ -75,20 +75,9 @@ func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, erro
 	if len(verifierKeys) == 0 {
 		return nil, errs.New(errs.CodeInvalidInput, "open checkpoint: no verifier key")
 	}
-	vs := make([]note.Verifier, 0, len(verifierKeys))
-	seen := make(map[string]bool, len(verifierKeys))
-	for i, k := range verifierKeys {
-		v, err := note.NewVerifier(strings.TrimSpace(k))
-		if err != nil {
-			return nil, errs.Wrap(errs.CodeInvalidInput, err, "open checkpoint: verifier key %d", i+1)
-		}
-		// NB: note.Open refuses a list that names one key twice as
-		// ambiguous; the same key given twice is harmless, so drop repeats.
-		id := fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
-		if !seen[id] {
-			seen[id] = true
-			vs = append(vs, v)
-		}
+	vs, err := parseVerifierKeys(verifierKeys)
+	if err != nil {
+		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
 	n, err := note.Open(noteBytes, note.VerifierList(vs...))
 	if err != nil {
@@ -99,6 +88,34 @@ func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, erro
 		return nil, fmt.Errorf("signed checkpoint: %w", err)
 	}
 	return c, nil
+}
+
+// CheckVerifierKeys reports, as INPUT_001, the first of keys that is not a
+// verifier key (the text of a keygen .pub file, surrounding white space
+// ignored). A caller that takes keys for later use checks them up front, so
+// a malformed key is bad input rather than every signature failing.
+func CheckVerifierKeys(keys ...string) error {
+	_, err := parseVerifierKeys(keys)
+	return err
+}
+
+func parseVerifierKeys(keys []string) ([]note.Verifier, error) {
+	vs := make([]note.Verifier, 0, len(keys))
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		v, err := note.NewVerifier(strings.TrimSpace(k))
+		if err != nil {
+			return nil, errs.Wrap(errs.CodeInvalidInput, err, "verifier key %d", i+1)
+		}
+		// NB: note.Open refuses a list that names one key twice as
+		// ambiguous; the same key given twice is harmless, so drop repeats.
+		id := fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash())
+		if !seen[id] {
+			seen[id] = true
+			vs = append(vs, v)
+		}
+	}
+	return vs, nil
 }
 
 // openErrorCode classifies an error of note.Open: a well-formed note whose

@@ -368,3 +368,40 @@ func TestProveCommands(t *testing.T) {
 		errObj(t, r, c.err)
 	}
 }
+
+// TestVerifyMalformedPubKey: verify --pub with a file that is no verifier
+// key is bad input (INPUT_001, exit 2), as for checkpoint verify — not an
+// AUTH_003 finding on every stored checkpoint, nor, with none stored, a
+// clean pass that ignored the key (stop 18's review).
+func TestVerifyMalformedPubKey(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	bad := filepath.Join(tmp, "bad.pub")
+	if err := os.WriteFile(bad, []byte("this is not a verifier key\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+
+	// No stored checkpoint: the bad key is silently ignored.
+	r := runCLI(t, "--dir", dir, "--json", "verify", "--pub", bad)
+	if r.code != 2 || !strings.Contains(r.stdout, `"INPUT_001"`) {
+		t.Errorf("verify --pub <malformed key>, no checkpoints: want INPUT_001, exit 2; got %v", r)
+	}
+
+	// With a stored checkpoint: reported as a signature failure of the database.
+	mustRun(t, "keygen", "--out", filepath.Join(tmp, "k"))
+	mustRun(t, "--dir", dir, "checkpoint", "create", "--key", filepath.Join(tmp, "k.key"))
+	r = runCLI(t, "--dir", dir, "--json", "verify", "--pub", bad)
+	if r.code != 2 || !strings.Contains(r.stdout, `"INPUT_001"`) {
+		t.Errorf("verify --pub <malformed key>, one checkpoint: want INPUT_001, exit 2; got %v", r)
+	}
+	// For comparison: checkpoint verify refuses the same key file up front.
+	cp := filepath.Join(tmp, "cp.note")
+	out := mustRun(t, "--dir", dir, "checkpoint", "create", "--key", filepath.Join(tmp, "k.key")).stdout
+	if err := os.WriteFile(cp, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, "--json", "checkpoint", "verify", cp, "--pub", bad)
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+}
