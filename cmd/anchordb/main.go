@@ -208,7 +208,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	name := rest[0]
 	globalArgs := args[:len(args)-len(rest)]
-	if n := len(globalArgs); n > 0 && globalArgs[n-1] == "--" {
+	// A "--" that ended the global flags is not passed on; one that was a
+	// flag's value (--dir --) is.
+	if n := len(globalArgs); n > 0 && globalArgs[n-1] == "--" && pre.ArgsLenAtDash() >= 0 {
 		globalArgs = globalArgs[:n-1]
 	}
 	cmdArgs := append(append([]string(nil), globalArgs...), rest[1:]...)

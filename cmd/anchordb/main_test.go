@@ -676,6 +676,24 @@ func TestFlagsAnywhere(t *testing.T) {
 	}
 }
 
+// TestDirValueDashDash: "--" given as the value of --dir is the directory,
+// not the end of the global flags; `--dir -- put x a k` wrote anchor "a"
+// into ./x (stop 18's review).
+func TestDirValueDashDash(t *testing.T) {
+	wd := t.TempDir()
+	cmd := exec.Command(binary, "--json", "--dir", "--", "put", "x", "a", "k")
+	cmd.Dir = wd
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	_ = cmd.Run()
+	if _, err := os.Stat(filepath.Join(wd, "x")); err == nil {
+		t.Fatalf("`--dir -- put x a k` created a database in ./x (the first positional argument taken as --dir): %s", out.String())
+	}
+	if !strings.Contains(out.String(), `"anchor":"x"`) {
+		t.Fatalf("want a receipt for anchor x in ./--; got stdout %s stderr %s", out.String(), errb.String())
+	}
+}
+
 // TestErrorMessageHasNoCode: the code and reason are printed once, in their
 // own fields (or at the start of the human line), never again inside the
 // message, however deep the coded error that caused it.
