@@ -215,6 +215,13 @@ func Run(ctx context.Context, cfg Config, openers []Opener, workloads []string, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Every name is checked before anything runs: a typo in the last one
+	// must not cost the runs of the others, whose results would be lost.
+	for _, w := range workloads {
+		if !slices.Contains(Workloads, w) {
+			return nil, fmt.Errorf("harness: unknown workload %q (have %v)", w, Workloads)
+		}
+	}
 	root := cfg.Dir
 	if root == "" {
 		d, err := os.MkdirTemp("", "anchordb-bench-")
@@ -226,9 +233,6 @@ func Run(ctx context.Context, cfg Config, openers []Opener, workloads []string, 
 	}
 	var out []Result
 	for _, w := range workloads {
-		if !slices.Contains(Workloads, w) {
-			return out, fmt.Errorf("harness: unknown workload %q (have %v)", w, Workloads)
-		}
 		for _, o := range openers {
 			if err := ctx.Err(); err != nil {
 				return out, err

@@ -115,6 +115,12 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	if _, err := Run(context.Background(), cfg, MainOpeners(), []string{"nonsense"}, nil); err == nil {
 		t.Fatal("an unknown workload ran")
 	}
+	// A bad name after good ones is refused before any of them runs.
+	ran := 0
+	rs, err := Run(context.Background(), cfg, MainOpeners(), []string{Workloads[0], "nonsense"}, func(Result) { ran++ })
+	if err == nil || ran > 0 || len(rs) > 0 {
+		t.Fatalf("err %v after %d runs: want the unknown workload refused before anything runs", err, ran)
+	}
 }
 
 // TestConfigLimits: a size beyond a limit is refused with INPUT_001 naming
