@@ -50,6 +50,45 @@ type request struct {
 
 	wake chan struct{} // buffered(1): leadership handed over, or done
 	lead bool          // set before wake when the request must lead
+
+	journalBytes int64 // what it adds to its group's journal block, at most
+}
+
+// maxGroupJournalBytes bounds the journal block of one commit group: a
+// leader takes queued requests up to it (and always at least one), leaving
+// the rest to the next. Without it, admission off, concurrent batches near
+// MaxBatchBytes could make a block longer than journal.MaxPayload, which
+// recovery would take for damage. One request alone stays below that: at
+// most MaxBatchBytes counted with RecordOverhead per record, which is at
+// least a quarter of the record's journal bytes. A variable for tests.
+var maxGroupJournalBytes int64 = 512 << 20
+
+// journalSize returns what the request's records take in a journal block:
+// per record its anchor, where its frame goes, and the frame.
+func (r *request) journalSize() int64 {
+	var n int64
+	for i := range r.entries {
+		e := &r.entries[i]
+		rec := segment.Record{Type: e.Type, Key: e.Key, Value: e.Value, IdempotencyKey: e.IdempotencyKey}
+		n += int64(journalRecordOverhead + len(e.Anchor) + rec.FrameSize())
+	}
+	for i := range r.verbatim {
+		n += int64(journalRecordOverhead + len(r.verbatim[i].Anchor) + r.verbatim[i].FrameSize())
+	}
+	return n
+}
+
+// takeGroup returns the requests at the head of queue whose journal bytes
+// fit maxGroupJournalBytes (at least one), and the rest.
+func takeGroup(queue []*request) (group, rest []*request) {
+	var n int64
+	for i, r := range queue {
+		n += r.journalBytes
+		if i > 0 && n > maxGroupJournalBytes {
+			return queue[:i], queue[i:]
+		}
+	}
+	return queue, nil
 }
 
 var requestPool = sync.Pool{New: func() any { return &request{wake: make(chan struct{}, 1)} }}
@@ -69,6 +108,7 @@ func freeRequest(r *request) {
 // submit runs req through group commit and returns when it is complete.
 func (db *DB) submit(req *request) {
 	c := &db.commit
+	req.journalBytes = req.journalSize()
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
 	if c.leading {
@@ -90,8 +130,8 @@ func (db *DB) submit(req *request) {
 func (db *DB) lead(self *request) {
 	c := &db.commit
 	c.mu.Lock()
-	reqs := c.queue
-	c.queue = make([]*request, 0, len(reqs))
+	reqs, rest := takeGroup(c.queue)
+	c.queue = append(make([]*request, 0, len(c.queue)), rest...)
 	c.mu.Unlock()
 
 	g := db.buildGroup(reqs)

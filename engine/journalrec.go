@@ -15,6 +15,10 @@ import (
 //	| u8        | anchorLen | u64   | u64    | u32 len ‖ body ‖ hash     |
 //	+-----------+-----------+-------+--------+---------------------------+
 
+// journalRecordOverhead is what a journal record adds to its anchor id and
+// frame: the id's length, the segno and the offset.
+const journalRecordOverhead = 1 + 8 + 8
+
 func appendJournalRecord(dst []byte, anchor string, segno uint64, offset int64, frame []byte) []byte {
 	dst = append(dst, byte(len(anchor)))
 	dst = append(dst, anchor...)
