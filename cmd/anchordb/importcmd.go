@@ -51,7 +51,8 @@ first line not appended, counting what was. stdin or a pipe is copied to a tempo
 directory ($TMPDIR) as it is checked, removed when the import ends, also on an error or
 an interrupt.
 
-The second pass appends the lines in atomic batches of --batch lines. Refusals that
+The second pass appends the lines in atomic batches of --batch lines (fewer when
+their keys and values pass 64 MiB). Refusals that
 depend on the database's state can only be found then: a counter not above its anchor's
 last, or an idempotency key reused for another request, is STATE_002 (exit 1). On such a
 refusal the import stops: every line before the refused one has been imported (the
@@ -255,10 +256,16 @@ type importer struct {
 
 	entries []engine.Entry
 	lineNos []int // the input line of each pending entry
+	bytes   int64 // what the pending entries count toward engine.MaxBatchBytes
 	total   int   // the non-blank lines pass 1 counted
 
 	lines, imported, duplicates int
 }
+
+// importBatchBytes bounds the keys and values of one import batch (counted
+// as engine.MaxBatchBytes counts them): 1,000 lines of 16 MiB values would
+// otherwise be held at once. A variable for tests.
+var importBatchBytes int64 = 64 << 20
 
 func (im *importer) run(in io.Reader) error {
 	r := bufio.NewReaderSize(in, 1<<20)
@@ -292,7 +299,10 @@ func (im *importer) run(in io.Reader) error {
 		}
 		im.entries = append(im.entries, ent)
 		im.lineNos = append(im.lineNos, lineNo)
-		if len(im.entries) >= im.batch {
+		im.bytes += int64(len(ent.Key) + len(ent.Value) + len(ent.IdempotencyKey) + engine.RecordOverhead)
+		// Lines are held until their batch is appended: a byte bound as
+		// well as --batch keeps that memory small whatever the values.
+		if len(im.entries) >= im.batch || im.bytes >= importBatchBytes {
 			if err := im.flush(); err != nil {
 				return err
 			}
@@ -348,7 +358,7 @@ func (im *importer) flush() error {
 		return &importError{imported: im.imported, duplicates: im.duplicates, err: err}
 	}
 	entries, lineNos := im.entries, im.lineNos
-	im.entries, im.lineNos = im.entries[:0], im.lineNos[:0]
+	im.entries, im.lineNos, im.bytes = im.entries[:0], im.lineNos[:0], 0
 	n, err := im.appendPrefix(entries)
 	if err != nil {
 		line := lineNos[n]
