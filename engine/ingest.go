@@ -79,6 +79,10 @@ type sourceAnchor struct {
 // source must not be open for writing (its lock is taken for the duration);
 // a source that was not closed cleanly must be opened and closed once first,
 // so that its segments hold everything it acknowledged.
+//
+// Anchors are joined one after another, in batches. When an error (or the
+// end of ctx) stops the joining, the records appended stay, and the
+// returned report counts them, the stopped anchor included.
 func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (IngestReport, error) {
 	rep := IngestReport{From: from}
 	if err := db.writable(); err != nil {
@@ -180,8 +184,11 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 				err = flush()
 			}
 			if err != nil {
+				// What was appended stays: the report says how much.
 				rep.Anchors = append(rep.Anchors, ia)
-				return rep, fmt.Errorf("ingest anchor %q after %d records: %w", s.id, ia.Appended, err)
+				rep.Appended += ia.Appended
+				return rep, fmt.Errorf("ingest anchor %q after %d of its records (%d appended in all, on %d anchors): %w",
+					s.id, ia.Appended, rep.Appended, len(rep.Anchors), err)
 			}
 		}
 		rep.Appended += ia.Appended

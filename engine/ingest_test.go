@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -191,5 +192,43 @@ func TestIngestRefusesANonDatabase(t *testing.T) {
 	}
 	if _, err := db.Ingest(ctx, "db", IngestOptions{}); err == nil {
 		t.Fatal("ingest from the database itself was accepted")
+	}
+}
+
+// TestIngestStoppedSaysWhatItJoined: an ingest stopped between batches
+// keeps what it appended, and its report counts all of it, the stopped
+// anchor's part included (stop 18's review: the partial anchor was left
+// out, and the CLI dropped the report).
+func TestIngestStoppedSaysWhatItJoined(t *testing.T) {
+	fs := vfs.NewMem()
+	src := openAt(t, fs, "src")
+	writeSome(t, src, []string{"a1", "a2"}, 5000, "src")
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst := openAt(t, fs, "dst")
+	defer dst.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rep, err := dst.Ingest(ctx, "src", IngestOptions{Progress: func(done, total uint64) {
+		if done > total/2 {
+			cancel() // inside the second anchor, after one of its batches
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want the cancellation", err)
+	}
+	var held uint64
+	for info, err := range dst.Anchors(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		held += info.Records
+	}
+	if held == 0 || held == 5000 || rep.Appended != held {
+		t.Fatalf("the report says %d appended, the database holds %d of 5000", rep.Appended, held)
+	}
+	if want := fmt.Sprintf("%d appended in all", held); !strings.Contains(err.Error(), want) {
+		t.Fatalf("the error does not say %q: %v", want, err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 
@@ -25,7 +26,9 @@ Two logs that disagree at some seq are a fork: the whole ingest is refused, noth
 joined, STATE_002 (exit 1); with --json the error carries both heads:
   {"error":{"code":"STATE_002","reason":"conflict_detected","message","anchor","seq",
    "ours":{"seq","hash"},"theirs":{"seq","hash"}}}
-An arriving record that does not verify is INT_* (exit 1).
+An arriving record that does not verify is INT_* (exit 1). Anchors are joined one after
+another in batches: an ingest that stops there (an error, an interrupt) keeps what it
+joined, and its error says how many records that was ("appended":N with --json).
 
 Prints {"from","anchors":[{"anchor","status","had","arrived","appended","head"}],"appended"}
 where status is "new", "extended" or "up_to_date"; without --json one line an anchor.`,
@@ -47,6 +50,11 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			if st, err := os.Stat(from); err != nil || !st.IsDir() {
 				return errs.New(errs.CodeInvalidInput, "ingest: %s is not a directory", from)
 			}
+			// Before --dir is opened, which would create it: a mistyped
+			// --from must leave no empty database behind.
+			if _, err := os.Stat(filepath.Join(from, engine.IDFile)); err != nil {
+				return errs.New(errs.CodeInvalidInput, "ingest: %s is not an anchordb database (it has no %s file)", from, engine.IDFile)
+			}
 			if samePath(from, e.g.dir) {
 				return usagef("ingest", "--from names the database itself")
 			}
@@ -62,7 +70,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			rep, err := db.Ingest(e.ctx, from, opts)
 			bar.done()
 			if err != nil {
-				return err
+				return &ingestError{appended: rep.Appended, err: err}
 			}
 			if rep.Anchors == nil {
 				rep.Anchors = []engine.IngestedAnchor{}
@@ -94,3 +102,16 @@ func samePath(a, b string) bool {
 	absB, errB := filepath.Abs(b)
 	return errA == nil && errB == nil && absA == absB
 }
+
+// ingestError stops an ingest; appended counts the records joined before
+// it, which stay.
+type ingestError struct {
+	appended uint64
+	err      error
+}
+
+func (e *ingestError) Error() string {
+	return fmt.Sprintf("%s (before it: %s appended)", messageOf(e.err), plural(int(e.appended), "record"))
+}
+
+func (e *ingestError) Unwrap() error { return e.err }

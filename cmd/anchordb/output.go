@@ -250,6 +250,8 @@ type errorBody struct {
 	Line       int  `json:"line,omitempty"`
 	Imported   *int `json:"imported,omitempty"`
 	Duplicates *int `json:"duplicates,omitempty"`
+	// Appended: the records an interrupted or failed ingest joined.
+	Appended *uint64 `json:"appended,omitempty"`
 
 	// An ingest refused for a fork: both heads of the anchor.
 	Ours   *headJSON `json:"ours,omitempty"`
@@ -310,6 +312,11 @@ func errorJSON(err error) errorJSONShape {
 		b.Line = ie.line
 		imported, dups := ie.imported, ie.duplicates
 		b.Imported, b.Duplicates = &imported, &dups
+	}
+	var ge *ingestError
+	if errors.As(err, &ge) {
+		appended := ge.appended
+		b.Appended = &appended
 	}
 	return errorJSONShape{Error: b}
 }
