@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The tests build the binary once and run it as a subprocess, so they see
@@ -745,5 +746,35 @@ func TestJSONRequestedSpellings(t *testing.T) {
 		if r.stdout != "" || !strings.Contains(r.stderr, "INPUT_001") {
 			t.Fatalf("--json=%s: %v", v, r)
 		}
+	}
+}
+
+// TestAppendRefusesBeforeReadingStdin: a put without --key is refused at
+// once, not after stdin ends (stop 18's review: it read a slow pipe to its
+// end first). The pipe here never ends; the refusal must come anyway.
+func TestAppendRefusesBeforeReadingStdin(t *testing.T) {
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	cmd := exec.Command(binary, "--dir", t.TempDir(), "--json", "append", "a", "--type", "put")
+	cmd.Stdin = pr
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("append --type put without --key waited for stdin to end")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(out.String(), "INPUT_001") {
+		t.Fatalf("exit %d, %s: want INPUT_001, exit 2", code, out.String())
 	}
 }

@@ -137,6 +137,13 @@ put whose value is read from stdin (binary-safe). A delete reads nothing.
 			if err := w.check("append"); err != nil {
 				return err
 			}
+			// Refused before stdin is read: a pipe may not end for a while.
+			if err := segment.ValidateType(typ); err != nil {
+				return err
+			}
+			if (typ == segment.TypePut || typ == segment.TypeDelete) && key == "" {
+				return usagef("append", "--type %s needs --key", typ)
+			}
 			var payload []byte
 			if typ != segment.TypeDelete {
 				var err error
