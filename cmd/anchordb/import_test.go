@@ -385,3 +385,12 @@ func TestImportAllOrNothing(t *testing.T) {
 		t.Fatalf("the spool file was left behind: %v", ents)
 	}
 }
+
+// TestImportADirectory: a directory given as FILE is bad input (INPUT_001),
+// not an I/O failure of the system (it was IO_001, stop 18's review).
+func TestImportADirectory(t *testing.T) {
+	tmp := t.TempDir()
+	r := runCLI(t, "--dir", filepath.Join(tmp, "db"), "--json", "import", tmp)
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"os"
+
+	"github.com/anchordb/anchordb/internal/errs"
 )
 
 // NB: a read of stdin, a pipe or a FIFO blocks in the kernel until data
@@ -100,6 +102,11 @@ func openInput(ctx context.Context, name string) (f *os.File, in io.Reader, regu
 	}
 	if st.Mode().IsRegular() {
 		return f, f, true, nil
+	}
+	if st.IsDir() {
+		// A wrong argument, not an I/O failure (INPUT_001, exit 2).
+		f.Close()
+		return nil, nil, false, errs.New(errs.CodeInvalidInput, "%s is a directory, not a file", name)
 	}
 	return f, newCtxReader(ctx, f), false, nil
 }
