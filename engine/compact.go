@@ -91,15 +91,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	db.compactMu.Lock()
 	defer db.compactMu.Unlock()
 	ref := policy.PolicyRef()
-	audit := func(e snapshot.AuditEntry) error {
-		line, err := snapshot.Append(db.fs, db.AuditPath(), e)
-		if err != nil {
-			return fmt.Errorf("audit log: %w", err)
-		}
-		// The head, kept in the index, is what tells a torn last line from
-		// an altered or lost one.
-		return db.index.Set(metaKey(metaAudit), auditHeadRow(line.Seq, line.Hash), pebble.NoSync)
-	}
+	audit := db.appendAudit
 	settled := false
 	for i, a := range plan.Actions {
 		if err := ctx.Err(); err != nil {
@@ -111,7 +103,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 		entry := a.AuditEntry(db.opts.Clock(), ref)
 		switch a.Kind {
 		case snapshot.ActionCreateSnapshot:
-			info, err := db.CreateSnapshot(ctx, ref)
+			info, err := db.createSnapshotAudited(ctx, entry)
 			if err != nil {
 				return res, err
 			}
@@ -121,10 +113,6 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 				}
 			}
 			res.Created = &info
-			entry.Added = append(entry.Added, snapshot.SnapshotItem(info))
-			if err := audit(entry); err != nil {
-				return res, err
-			}
 		case snapshot.ActionDeleteSnapshot:
 			if err := audit(entry); err != nil {
 				return res, err
@@ -159,6 +147,17 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	}
 	res.Applied = true
 	return res, db.flushIndex()
+}
+
+// appendAudit appends e to the audit log. The caller holds compactMu.
+func (db *DB) appendAudit(e snapshot.AuditEntry) error {
+	line, err := snapshot.Append(db.fs, db.AuditPath(), e)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	// The head, kept in the index, is what tells a torn last line from an
+	// altered or lost one.
+	return db.index.Set(metaKey(metaAudit), auditHeadRow(line.Seq, line.Hash), pebble.NoSync)
 }
 
 // auditHeadRow encodes the maudit row: the audit log's line count and the
@@ -215,6 +214,26 @@ func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
 		}
 	}
 	return head, nil
+}
+
+// auditedSnapshots returns, by name, the snapshots the audit log records as
+// created.
+func (db *DB) auditedSnapshots() (map[string]snapshot.AuditItem, error) {
+	out := map[string]snapshot.AuditItem{}
+	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
+		if err != nil {
+			return nil, err
+		}
+		if entry.Action != string(snapshot.ActionCreateSnapshot) {
+			continue
+		}
+		for _, it := range entry.Added {
+			if it.Kind == "snapshot" {
+				out[it.Name] = it
+			}
+		}
+	}
+	return out, nil
 }
 
 // compactionInput gathers what the planner reads: snapshots (verified when

@@ -26,8 +26,29 @@ func (db *DB) SnapshotsDir() string { return db.fs.PathJoin(db.dir, snapshot.Dir
 // frontier are read from one Pebble snapshot of the index, so they agree;
 // values too large to be inline are read from their segments. policyRef is
 // recorded in the file ("" for none).
+//
+// The new snapshot's name, file hash and state hash go to the audit log: a
+// snapshot whose log is later truncated below its frontier can no longer be
+// proved by replay, and verify then holds it to that entry.
 func (db *DB) CreateSnapshot(ctx context.Context, policyRef string) (snapshot.Info, error) {
-	return db.CreateSnapshotTo(ctx, db.fs, db.SnapshotsDir(), policyRef)
+	if err := db.writable(); err != nil {
+		return snapshot.Info{}, err
+	}
+	db.compactMu.Lock() // the audit log has one writer at a time
+	defer db.compactMu.Unlock()
+	return db.createSnapshotAudited(ctx, snapshot.AuditEntry{PolicyRef: policyRef})
+}
+
+// createSnapshotAudited writes a snapshot into the database and appends
+// entry, completed with it, to the audit log. The caller holds compactMu.
+func (db *DB) createSnapshotAudited(ctx context.Context, entry snapshot.AuditEntry) (snapshot.Info, error) {
+	info, err := db.CreateSnapshotTo(ctx, db.fs, db.SnapshotsDir(), entry.PolicyRef)
+	if err != nil {
+		return info, err
+	}
+	entry.Time, entry.Action = db.opts.Clock(), string(snapshot.ActionCreateSnapshot)
+	entry.Added = append(entry.Added, snapshot.SnapshotItem(info))
+	return info, db.appendAudit(entry)
 }
 
 // CreateSnapshotTo is CreateSnapshot writing to another directory or

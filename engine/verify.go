@@ -15,6 +15,7 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 )
 
@@ -493,13 +494,38 @@ func (v *verifier) checkSnapshots() {
 		v.fail(err)
 		return
 	}
+	// The audit log first: a snapshot that cannot be proved by replay is
+	// held to the entry that recorded its creation, if the log verifies.
+	var vouched map[string]snapshot.AuditItem
+	if _, err := db.VerifyAuditLog(v.ctx); err != nil {
+		var e *errs.Error
+		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
+			v.fail(err)
+			return
+		}
+		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: e.Error()})
+	} else if vouched, err = db.auditedSnapshots(); err != nil {
+		v.fail(err)
+		return
+	}
 	for _, s := range list {
 		if v.ctx.Err() != nil {
 			return
 		}
 		err := s.Err
+		var sv SnapshotVerification
 		if err == nil {
-			_, err = db.VerifySnapshot(v.ctx, s.Path)
+			sv, err = db.VerifySnapshot(v.ctx, s.Path)
+		}
+		if err == nil && !sv.Replayed && vouched != nil {
+			// Its file and state hash check, but anyone can write a
+			// well-formed snapshot: without a replay only the audit log
+			// says this one is the database's.
+			if it, ok := vouched[sv.Info.Name]; !ok || it.StateHash != sv.Info.StateHash || it.Hash != sv.Info.FileHash {
+				v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Message: fmt.Sprintf(
+					"snapshot %s cannot be proved by replay (%s), and the audit log records no snapshot of that name with its file and state hashes", sv.Info.Name, sv.Note)})
+			}
+			continue
 		}
 		if err == nil {
 			continue
@@ -510,13 +536,5 @@ func (v *verifier) checkSnapshots() {
 			return
 		}
 		v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Message: e.Error()})
-	}
-	if _, err := db.VerifyAuditLog(v.ctx); err != nil {
-		var e *errs.Error
-		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
-			v.fail(err)
-			return
-		}
-		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: e.Error()})
 	}
 }

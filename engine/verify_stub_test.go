@@ -222,3 +222,77 @@ func TestIncrementalVerifyInsideAStubAfterRebuild(t *testing.T) {
 		t.Fatalf("incremental verify from a valid checkpoint after rebuild-index: ok=%v err=%v, want ok", rep.OK, err)
 	}
 }
+
+// TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog: a snapshot whose log
+// was truncated below its frontier cannot be proved by replay, and its file
+// and state hashes are unkeyed: a rewritten one (another value, hashes
+// recomputed) passed verify (stop 18's review). verify now requires such a
+// snapshot to be the one the audit log recorded as created.
+func TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _, _ := truncatedUnderCheckpoint(t, fs)
+	defer db.Close()
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("setup verify: %+v %v", rep, err)
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *snapshot.Info
+	for i := range list {
+		v, err := db.VerifySnapshot(ctx, list[i].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s replayed=%v note=%q", list[i].Name, v.Replayed, v.Note)
+		if !v.Replayed {
+			target = &list[i]
+		}
+	}
+	if target == nil {
+		t.Fatal("scenario: no snapshot the log cannot replay")
+	}
+	s, err := snapshot.Open(fs, target.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	for e, err := range s.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	info := s.Info()
+	_ = s.Close()
+	entries[0].Value = []byte("FORGED")
+	forged, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: info.Frontier, PolicyRef: info.PolicyRef, Created: info.Created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot.Delete(fs, target.Path); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK {
+		t.Fatalf("verify accepts snapshot %s, a rewrite of %s with key %q set to %q (state hash %s, was %s)",
+			forged.Name, target.Name, entries[0].Key, entries[0].Value, forged.StateHash, info.StateHash)
+	}
+	for _, f := range rep.Failures {
+		if f.Code != errs.CodeSnapshotCorrupted || f.File != forged.Path {
+			t.Errorf("finding %s %s: %s; want only INT_003 for %s", f.Code, f.File, f.Message, forged.Name)
+		}
+	}
+}
