@@ -58,8 +58,11 @@ const (
 	ActionCreateSnapshot ActionKind = "create_snapshot"
 	// ActionDeleteSnapshot: delete an older snapshot beyond keep_snapshots.
 	ActionDeleteSnapshot ActionKind = "delete_snapshot"
-	// ActionRecordCut: durably record, and cover by a checkpoint, that the
-	// anchor's log now starts after CutSeq, whose hash is Hash.
+	// ActionRecordCut: durably record, in the audit log (and the stubs the
+	// removals leave), that the anchor's log now starts after CutSeq, whose
+	// hash is Hash. No checkpoint is made here (the engine holds no signing
+	// key): a signed checkpoint covers the cut only if one was taken at or
+	// above it.
 	ActionRecordCut ActionKind = "record_cut"
 	// ActionRemoveSegment: remove a sealed segment wholly below the cut.
 	ActionRemoveSegment ActionKind = "remove_segment"
