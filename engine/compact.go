@@ -458,6 +458,21 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 		_ = b.Set(seqKey(anchor, rec.Seq), se.encode(scratch[:0]), nil)
 		if rec.IsKV() {
 			vk := versionKey(rec.Key, rec.Counter, anchor)
+			indexed, err := db.indexHas(vk)
+			if err != nil {
+				f.Close()
+				return 0, err
+			}
+			if !indexed {
+				// A rebuild from a snapshot indexed the state at its
+				// frontier, not the versions it superseded: a row the
+				// index lacks stays out (the stub still keeps the record,
+				// for a full rebuild).
+				if newest[string(rec.Key)] == rec.Seq {
+					stub.Kept = append(stub.Kept, rec.Clone())
+				}
+				continue
+			}
 			if newest[string(rec.Key)] == rec.Seq {
 				ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno,
 					Offset: fr.Offset, Size: 0, Inline: true, Value: rec.Value}
@@ -504,6 +519,18 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 		return 0, err
 	}
 	return size, nil
+}
+
+// indexHas reports whether the index holds the row k.
+func (db *DB) indexHas(k []byte) (bool, error) {
+	_, closer, err := db.index.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+	}
+	return true, closer.Close()
 }
 
 // newestVersions maps each key the segment's records write (puts and

@@ -443,9 +443,13 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	matched := 0
 	for i := range kept {
 		k := &kept[i]
-		if inSnapTruncated[anchorSeq{k.rec.Anchor, k.rec.Seq}] {
-			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = last.Set(key, v, nil) })
+		inState := inSnapTruncated[anchorSeq{k.rec.Anchor, k.rec.Seq}]
+		if inState {
 			matched++
+		}
+		// Deletes too, which no snapshot holds (see rebuildAnchor).
+		if inState || k.rec.Type == segment.TypeDelete {
+			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = last.Set(key, v, nil) })
 		}
 	}
 	if matched != len(inSnapTruncated) {
@@ -592,7 +596,8 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 			ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value)}
 			idems = append(idems, kv{idemKey(ra.id, rec.IdempotencyKey), ie.encode(nil)})
 		}
-		if rec.Seq > fr && rec.IsKV() {
+		switch {
+		case rec.Seq > fr && rec.IsKV():
 			// The tail: its versions are not in the snapshot.
 			ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: off, Size: uint32(size)}
 			if rec.Type == segment.TypeDelete {
@@ -600,6 +605,14 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 			} else if len(rec.Value) <= db.opts.InlineValueMax {
 				ve.Inline, ve.Value = true, rec.Value
 			}
+			out.k = append(out.k, kv{versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil)})
+		case rec.Type == segment.TypeDelete:
+			// A snapshot holds no deletes, and a key's newest version up to
+			// the frontier may be one: without its row, a record that sorts
+			// before it (a caller's counter, an ingest) or a version a
+			// truncation keeps would stand as the key's newest. Like the
+			// snapshot's rows it names no location (the 's' row has it).
+			ve := versionEntry{Type: verDelete, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash}
 			out.k = append(out.k, kv{versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil)})
 		}
 		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter
