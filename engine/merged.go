@@ -117,17 +117,32 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 	}
 }
 
+// gap reports records from..to missing from the anchor's log: truncated by
+// a compaction since the read began (STATE_003: the read cannot go on), or
+// missing from the index (INT_002).
+func (s *logSource) gap(from, to uint64) error {
+	if row, ok, err := s.db.seqEntry(s.anchor, from); err == nil && ok && row.Size == 0 {
+		e := errs.New(errs.CodeDependencyMissing, "anchor %q: records %d..%d were truncated by a compaction while this read ran", s.anchor, from, to)
+		e.Anchor, e.Seq = s.anchor, from
+		return e
+	}
+	e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, from, to)
+	e.Anchor, e.Seq = s.anchor, from
+	return e
+}
+
 // logSource reads one anchor's records [next, last] in small batches.
 type logSource struct {
-	fr     *frameReader // kept across refills: its buffer is reused
-	db     *DB
-	ctx    context.Context
-	anchor string
-	next   uint64
-	last   uint64
-	batch  uint64
-	buf    []segment.Record
-	pos    int
+	started bool         // a record was read: the log goes on densely from here
+	fr      *frameReader // kept across refills: its buffer is reused
+	db      *DB
+	ctx     context.Context
+	anchor  string
+	next    uint64
+	last    uint64
+	batch   uint64
+	buf     []segment.Record
+	pos     int
 }
 
 func (s *logSource) Next() (segment.Record, bool, error) {
@@ -149,12 +164,17 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 				failed = err
 				return false
 			}
-			if n := len(s.buf); n > 0 && rec.Seq != s.buf[n-1].Seq+1 {
-				e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.buf[n-1].Seq+1, rec.Seq-1)
-				e.Anchor, e.Seq = s.anchor, s.buf[n-1].Seq+1
-				failed = e
+			want := s.next // a refill continues where the last one ended
+			if n := len(s.buf); n > 0 {
+				want = s.buf[n-1].Seq + 1
+			} else if !s.started {
+				want = rec.Seq // the log may start after a cut
+			}
+			if rec.Seq != want {
+				failed = s.gap(want, rec.Seq-1)
 				return false
 			}
+			s.started = true
 			s.buf = append(s.buf, rec)
 			return true
 		})
@@ -165,9 +185,7 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 			return segment.Record{}, false, failed
 		}
 		if n := len(s.buf); n > 0 && s.buf[n-1].Seq != to {
-			e := errs.New(errs.CodeChainBroken, "anchor %q: records %d..%d are missing from the index", s.anchor, s.buf[n-1].Seq+1, to)
-			e.Anchor, e.Seq = s.anchor, s.buf[n-1].Seq+1
-			return segment.Record{}, false, e
+			return segment.Record{}, false, s.gap(s.buf[n-1].Seq+1, to)
 		}
 		s.next = to + 1
 	}

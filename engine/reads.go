@@ -408,6 +408,12 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 		f, err := r.db.files.acquire(path, false, false)
 		if err != nil {
 			if oserrorIsNotExist(err) {
+				// A compaction may have truncated the segment since the
+				// caller read the row: the row says so now, and the record
+				// is kept (a key's last version there) or gone (STATE_003).
+				if now, ok, lerr := r.db.seqEntry(r.anchor, seq); lerr == nil && ok && now.Size == 0 {
+					return r.db.retained(r.anchor, seq, e.Hash)
+				}
 				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d is missing", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
 			}
 			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
