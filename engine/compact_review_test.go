@@ -4,6 +4,7 @@ package engine
 // rebuild from a snapshot: each failed on the code before its fix.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -419,5 +420,88 @@ func TestTruncationAfterFastRebuildAddsNoRow(t *testing.T) {
 		rep, verr := db.Verify(ctx, VerifyOptions{})
 		t.Logf("verify meanwhile: ok=%v err=%v failures=%v", rep.OK, verr, rep.Failures)
 		t.Fatalf("after a truncation on the fast-rebuilt index: Get(k) = %q, %v; a replay says not found (a seq 192 deleted k, and is still in a segment)", v.Value, err)
+	}
+}
+
+// A snapshot whose frontier lies below an anchor's cut (an old snapshot
+// restored by hand: compaction cuts below its oldest kept one) cannot stand
+// for the records between them, which only stubs hold: the fast rebuild
+// gives way to a full replay, which gives the same answers.
+func TestFastRebuildRefusesASnapshotBelowTheCut(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	opts := Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64}
+	db := mustOpen(t, fs, opts)
+	fillAnchor(t, db, "a", 20, "x")
+	old, err := db.CreateSnapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldBytes := readAll(t, fs, old.Path)
+	fillAnchor(t, db, "a", 200, "y")
+	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1, and old goes
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 20, "z")
+	if res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil || res.RemovedBytes == 0 { // S2, cut below S1
+		t.Fatalf("compact: %v %s", err, res.Plan)
+	}
+	want, err := db.Get(ctx, []byte("fill-y-0100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Only the old snapshot is left, restored by hand.
+	names, err := fs.List(db.SnapshotsDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if err := fs.Remove(fs.PathJoin(db.SnapshotsDir(), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeAll(t, fs, old.Path, oldBytes)
+	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned := false
+	for _, ev := range plan.Report.Events {
+		if ev.Kind == EventStateFromSnapshot {
+			t.Fatalf("the index was built from a snapshot below the cut: %v", plan.Report.Events)
+		}
+		abandoned = abandoned || ev.Kind == EventFastRebuildAbandoned
+	}
+	if !abandoned {
+		t.Fatalf("no fast_rebuild_abandoned event: %v", plan.Report.Events)
+	}
+	db = mustOpen(t, fs, opts)
+	defer db.Close()
+	if got, err := db.Get(ctx, []byte("fill-y-0100")); err != nil || !bytes.Equal(got.Value, want.Value) {
+		t.Fatalf("Get after the rebuild = %q, %v; want %q", got.Value, err, want.Value)
+	}
+}
+
+func readAll(t *testing.T, fs vfs.FS, path string) []byte {
+	t.Helper()
+	b, err := readWhole(fs, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func writeAll(t *testing.T, fs vfs.FS, path string, b []byte) {
+	t.Helper()
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err == nil {
+		_, err = f.Write(b)
+		err = errors.Join(err, f.Sync(), f.Close())
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -251,6 +251,13 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			return abandon("%v", err)
 		}
 		firstPresent[ra.id] = first
+		// The tail's versions come from segments only: a frontier below
+		// the cut would leave the records between them, in stubs, without
+		// rows. Compaction cuts below its oldest kept snapshot, so only an
+		// older snapshot restored by hand gets here.
+		if front[ra.id].Seq+1 < first {
+			return abandon("the snapshot's frontier for anchor %q (seq %d) is below its cut (seq %d)", ra.id, front[ra.id].Seq, first-1)
+		}
 	}
 
 	var tag [8]byte
