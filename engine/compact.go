@@ -256,7 +256,39 @@ func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now t
 		}
 		in.Segments = append(in.Segments, segs...)
 	}
-	return in, nil
+	in.Checkpointed, err = db.checkpointedSizes(ctx)
+	return in, err
+}
+
+// checkpointedSizes returns, per anchor, the tree size the newest stored
+// checkpoint signs, where its root is the anchor's tree at that size: how
+// far a cut may go (SPEC §6). The signature is not checked here (compaction
+// holds no key); verify checks stored checkpoints against the keys given.
+func (db *DB) checkpointedSizes(ctx context.Context) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	all, err := db.Checkpoints(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i].Err != nil {
+			continue
+		}
+		for _, e := range all[i].Checkpoint.Entries {
+			root, _, err := db.AnchorRoot(ctx, e.Anchor, e.Size)
+			if err != nil {
+				if errs.CodeOf(err) == errs.CodeWriteFailed {
+					return nil, err
+				}
+				continue // not this database's tree at that size: covers nothing
+			}
+			if root == e.Root {
+				out[e.Anchor] = e.Size
+			}
+		}
+		break
+	}
+	return out, nil
 }
 
 // snapshotsFor lists the snapshots, verifying each readable one if asked.

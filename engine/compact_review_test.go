@@ -41,14 +41,14 @@ func TestGetAtAtTheCutAfterTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 	fillAnchor(t, db, "a", 200, "x") // several sealed segments
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v2")); err != nil {
 		t.Fatal(err)
 	}
 	fillAnchor(t, db, "a", 10, "y")
-	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestVerifySnapshotFromABaseTheTailSortsBefore(t *testing.T) {
 	if _, err := db.Append(ctx, Entry{Anchor: "b", Type: "put", Key: []byte("k"), Value: []byte("B"), Counter: 1_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err != nil { // S1
+	if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil { // S1
 		t.Fatal(err)
 	}
 	// After S1, a put of k on a new anchor that sorts *before* b's put.
@@ -143,7 +143,7 @@ func TestVerifySnapshotFromABaseTheTailSortsBefore(t *testing.T) {
 	if v, err := db.Get(ctx, []byte("k")); err != nil || string(v.Value) != "B" {
 		t.Fatalf("Get(k) = %q, %v; want B (counter 1000000 is last)", v.Value, err)
 	}
-	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true}) // S2, truncates a below S1
+	res, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}) // S2, truncates a below S1
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestTruncationAfterFastRebuildKeepsADelete(t *testing.T) {
 	// b's delete ends up in a sealed segment.
 	fillAnchor(t, db, "b", 200, "x")
 	// S1.
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -202,7 +202,7 @@ func TestTruncationAfterFastRebuildKeepsADelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	fillAnchor(t, db, "b", 5, "y")
-	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}) // S2, truncate b below S1
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}) // S2, truncate b below S1
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestGetAtDuringATruncation(t *testing.T) {
 		fs := vfs.NewMem()
 		db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
 		fillAnchor(t, db, "a", 400, "x")
-		if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 			t.Fatal(err)
 		}
 		fillAnchor(t, db, "a", 5, "y")
@@ -311,7 +311,7 @@ func TestGetAtDuringATruncation(t *testing.T) {
 				_, _ = db.GetAt(ctx, []byte("fill-x-0001"), merge.Frontier{"a": 1000})
 			}
 		}()
-		res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+		res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 		close(stop)
 		<-done
 		if err != nil || res.RemovedBytes == 0 {
@@ -389,7 +389,7 @@ func TestTruncationAfterFastRebuildAddsNoRow(t *testing.T) {
 	if _, err := db.Delete(ctx, "a", []byte("k")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -411,8 +411,8 @@ func TestTruncationAfterFastRebuildAddsNoRow(t *testing.T) {
 	if v, err := db.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after the fast rebuild: Get(k) = %q, %v; want not found", v.Value, err)
 	}
-	fillAnchor(t, db, "a", 40, "y")                                          // segment 8 (seqs 177..) seals past S1's frontier
-	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}) // S2: truncates below S1
+	fillAnchor(t, db, "a", 40, "y")                                                // segment 8 (seqs 177..) seals past S1's frontier
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}) // S2: truncates below S1
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact: %v %s", err, res.Plan)
 	}
@@ -439,11 +439,11 @@ func TestFastRebuildRefusesASnapshotBelowTheCut(t *testing.T) {
 	}
 	oldBytes := readAll(t, fs, old.Path)
 	fillAnchor(t, db, "a", 200, "y")
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1, and old goes
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1, and old goes
 		t.Fatal(err)
 	}
 	fillAnchor(t, db, "a", 20, "z")
-	if res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil || res.RemovedBytes == 0 { // S2, cut below S1
+	if res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil || res.RemovedBytes == 0 { // S2, cut below S1
 		t.Fatalf("compact: %v %s", err, res.Plan)
 	}
 	want, err := db.Get(ctx, []byte("fill-y-0100"))

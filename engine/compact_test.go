@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/merge"
+	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -92,7 +93,7 @@ func TestCompactTruncatesAndRebuilds(t *testing.T) {
 	}
 	// First run: a snapshot; the plan cannot cut below a snapshot it is only
 	// about to create.
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	// More writes, then a second run: a new snapshot, the old one deleted,
@@ -104,7 +105,7 @@ func TestCompactTruncatesAndRebuilds(t *testing.T) {
 		}
 		want[k] = "late"
 	}
-	res, err = db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	res, err = coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()
 	db, want := compactFixture(t, mem)
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 20; i++ {
@@ -231,7 +232,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	capture.Store(true)
-	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true, Now: time.Now()})
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true, Now: time.Now()})
 	capture.Store(false)
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact: %+v %v", res, err)
@@ -269,7 +270,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 			t.Fatalf("crash point %d: no usable snapshot left", i)
 		}
 		// A compaction after the crash finishes the job.
-		if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 			t.Fatalf("crash point %d: compact again: %v", i, err)
 		}
 		checkState(t, db, want)
@@ -287,7 +288,7 @@ func TestRebuildKeepsAuditHead(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
 	db, _ := compactFixture(t, fs)
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	head, err := db.VerifyAuditLog(ctx)
@@ -324,4 +325,34 @@ func TestRebuildKeepsAuditHead(t *testing.T) {
 	if _, err := db.VerifyAuditLog(ctx); !errors.Is(err, ErrChainBroken) {
 		t.Fatalf("an audit log short of its last line after a rebuild: want INT_002, got %v", err)
 	}
+}
+
+// coveredCompact signs a checkpoint of everything written so far, with
+// coverKeys' key, then runs the compaction: a truncation cuts only what the
+// newest stored checkpoint covers (SPEC §6).
+func coveredCompact(t testing.TB, db *DB, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
+	t.Helper()
+	skey, _ := coverKeys(t)
+	if _, _, err := db.CreateCheckpoint(context.Background(), skey); err != nil {
+		t.Fatal(err)
+	}
+	return db.Compact(context.Background(), policy, opts)
+}
+
+var coverKeyPair struct {
+	once       sync.Once
+	skey, vkey string
+	err        error
+}
+
+// coverKeys returns the signer and verifier keys of coveredCompact's
+// checkpoints: a verify given keys must be given this one too.
+func coverKeys(t testing.TB) (skey, vkey string) {
+	t.Helper()
+	k := &coverKeyPair
+	k.once.Do(func() { k.skey, k.vkey, k.err = proof.GenerateKeys("cover.test/anchordb") })
+	if k.err != nil {
+		t.Fatal(k.err)
+	}
+	return k.skey, k.vkey
 }

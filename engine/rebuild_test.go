@@ -45,7 +45,7 @@ func testRebuildFromSnapshotMatchesFullReplay(t *testing.T) {
 			db, want := compactFixture(t, fs)
 			if truncate {
 				for i := 0; i < 2; i++ {
-					if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+					if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 						t.Fatal(err)
 					}
 					_, _ = db.Put(ctx, "a0", []byte(fmt.Sprintf("x%d", i)), []byte("between"))
@@ -214,7 +214,7 @@ func TestRebuildAfterTruncationKeepsWhatStubsHold(t *testing.T) {
 				}
 			}
 			for i := 0; i < 2; i++ {
-				if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+				if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 					t.Fatal(err)
 				}
 				e := Entry{Anchor: "a0", Type: "put", Key: []byte(fmt.Sprint("between", i)), Value: []byte("x")}

@@ -109,7 +109,7 @@ func TestVerifyReportsCorruptSnapshotsAndAudit(t *testing.T) {
 	fs := vfs.NewMem()
 	db, _ := compactFixture(t, fs)
 	defer db.Close()
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.Verify(ctx, VerifyOptions{})

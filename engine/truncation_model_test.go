@@ -156,18 +156,18 @@ func TestTruncationsAgainstAModel(t *testing.T) {
 		}
 	}
 	step(300)
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	step(300)
-	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact 2: %v %s", err, res.Plan)
 	}
 	checkCutModel(t, db, recs, keys, "after truncation 1", true)
 	verifyClean(t, db, "after truncation 1")
 	step(300)
-	res, err = db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	res, err = coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact 3: %v %s", err, res.Plan)
 	}
@@ -201,7 +201,7 @@ func TestTruncationsAgainstAModel(t *testing.T) {
 	verifyClean(t, db, "after a rebuild from the snapshot")
 	// More writes and another truncation on the fast-rebuilt index.
 	step(300)
-	res, err = db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	res, err = coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact 4: %v %s", err, res.Plan)
 	}

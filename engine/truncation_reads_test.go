@@ -33,7 +33,7 @@ func TestScanAcrossATruncation(t *testing.T) {
 	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
 	defer db.Close()
 	fillOutOfLine(t, db, "a", 200)
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
 		t.Fatal(err)
 	}
 	if _, err := db.Put(ctx, "a", []byte("other"), []byte("x")); err != nil {
@@ -49,7 +49,7 @@ func TestScanAcrossATruncation(t *testing.T) {
 		n++
 		if !compacted {
 			compacted = true
-			res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+			res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 			if err != nil || res.RemovedBytes == 0 {
 				t.Fatalf("compact: %v %s", err, res.Plan)
 			}
@@ -69,7 +69,7 @@ func TestMergedAcrossATruncation(t *testing.T) {
 	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
 	defer db.Close()
 	fillOutOfLine(t, db, "a", 600)
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
 		t.Fatal(err)
 	}
 	if _, err := db.Put(ctx, "a", []byte("other"), []byte("x")); err != nil {
@@ -93,7 +93,7 @@ func TestMergedAcrossATruncation(t *testing.T) {
 		count++
 		if !compacted {
 			compacted = true
-			res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+			res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 			if err != nil || res.RemovedBytes == 0 {
 				t.Fatalf("compact: %v %s", err, res.Plan)
 			}

@@ -48,11 +48,11 @@ func TestVerifyTruncatedLog(t *testing.T) {
 	}
 	before, _ := proof.OpenCheckpoint(msg, vkey)
 	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "truncate", VerifyBeforeDelete: true}
-	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	put(60, "y")
-	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	res, err := coveredCompact(t, db, policy, CompactOptions{Apply: true})
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compaction truncated nothing: %+v %v", res, err)
 	}
@@ -72,7 +72,7 @@ func TestVerifyTruncatedLog(t *testing.T) {
 	}
 	check := func(what string) {
 		t.Helper()
-		rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+		rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey, coverVKey(t)}})
 		if err != nil || !rep.OK {
 			t.Fatalf("%s: %+v %v", what, rep, err)
 		}
@@ -166,13 +166,13 @@ func truncatedUnderCheckpoint(t *testing.T, fs vfs.FS) (*DB, *proof.Checkpoint, 
 	for i := 61; i < 400; i++ {
 		put(i)
 	}
-	if _, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 400; i < 430; i++ {
 		put(i)
 	}
-	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact: %+v %v", res, err)
 	}
@@ -196,7 +196,7 @@ func TestIncrementalVerifyInsideAStubAfterRebuild(t *testing.T) {
 	fs := vfs.NewMem()
 	db, cp, vkey := truncatedUnderCheckpoint(t, fs)
 	// Control: with the index compaction wrote, the incremental check passes.
-	rep, err := db.Verify(ctx, VerifyOptions{From: cp, VerifierKeys: []string{vkey}})
+	rep, err := db.Verify(ctx, VerifyOptions{From: cp, VerifierKeys: []string{vkey, coverVKey(t)}})
 	if err != nil || !rep.OK {
 		t.Fatalf("before the rebuild: %+v %v", rep, err)
 	}
@@ -211,10 +211,10 @@ func TestIncrementalVerifyInsideAStubAfterRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}}); err != nil || !rep.OK {
+	if rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey, coverVKey(t)}}); err != nil || !rep.OK {
 		t.Fatalf("full verify after the rebuild: %+v %v", rep, err)
 	}
-	rep, err = db.Verify(ctx, VerifyOptions{From: cp, VerifierKeys: []string{vkey}})
+	rep, err = db.Verify(ctx, VerifyOptions{From: cp, VerifierKeys: []string{vkey, coverVKey(t)}})
 	if err != nil || !rep.OK {
 		for _, f := range rep.Failures {
 			t.Logf("finding: %s %s seq %d: %s", f.Code, f.Anchor, f.Seq, f.Message)
@@ -295,4 +295,10 @@ func TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog(t *testing.T) {
 			t.Errorf("finding %s %s: %s; want only INT_003 for %s", f.Code, f.File, f.Message, forged.Name)
 		}
 	}
+}
+
+// coverVKey is the verifier key of coveredCompact's checkpoints.
+func coverVKey(t testing.TB) string {
+	_, vkey := coverKeys(t)
+	return vkey
 }

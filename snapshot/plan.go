@@ -47,6 +47,14 @@ type PlanInput struct {
 	Stats     Stats
 	// Segments are the sealed segments of every anchor (never the active one).
 	Segments []SealedSegment
+	// Checkpointed is, per anchor, the tree size of the newest signed
+	// checkpoint the database stores. A cut must be covered by it (SPEC §6:
+	// the cut's head is then in a signed tree, so the chain from the cut on
+	// can be checked against a root nobody can rewrite): segments above it
+	// stay. Nil means the caller sets no such bound (tests of the planner
+	// alone); the engine always passes one, empty when it holds no
+	// checkpoint.
+	Checkpointed map[string]uint64
 }
 
 // ActionKind names a step of a plan.
@@ -60,9 +68,9 @@ const (
 	ActionDeleteSnapshot ActionKind = "delete_snapshot"
 	// ActionRecordCut: durably record, in the audit log (and the stubs the
 	// removals leave), that the anchor's log now starts after CutSeq, whose
-	// hash is Hash. No checkpoint is made here (the engine holds no signing
-	// key): a signed checkpoint covers the cut only if one was taken at or
-	// above it.
+	// hash is Hash. A cut lies inside the newest stored signed checkpoint
+	// (PlanInput.Checkpointed); none is made here (the engine holds no
+	// signing key).
 	ActionRecordCut ActionKind = "record_cut"
 	// ActionRemoveSegment: remove a sealed segment wholly below the cut.
 	ActionRemoveSegment ActionKind = "remove_segment"
@@ -175,7 +183,7 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 	}
 
 	// 3. Truncation.
-	cuts, err := planCuts(in.Segments, kept)
+	cuts, err := planCuts(in.Segments, kept, in.Checkpointed, note)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -185,7 +193,7 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 		for _, c := range cuts {
 			plan.Actions = append(plan.Actions, Action{
 				Kind: ActionRecordCut, Anchor: c.anchor, CutSeq: c.seq, Hash: c.hash,
-				Reason: fmt.Sprintf("log starts after seq %d, covered by every kept snapshot", c.seq),
+				Reason: fmt.Sprintf("log starts after seq %d, covered by every kept snapshot%s", c.seq, c.signed),
 			})
 		}
 		for _, c := range cuts {
@@ -263,11 +271,12 @@ type cut struct {
 	seq      uint64
 	hash     segment.Hash
 	segments []SealedSegment
+	signed   string // what says a checkpoint covers it, for the reason
 }
 
 // planCuts finds, per anchor (sorted by id bytes), the sealed segments wholly
 // at or below every kept snapshot's frontier seq.
-func planCuts(segs []SealedSegment, kept []Info) ([]cut, error) {
+func planCuts(segs []SealedSegment, kept []Info, checkpointed map[string]uint64, note func(string, ...any)) ([]cut, error) {
 	if len(kept) == 0 {
 		return nil, nil
 	}
@@ -303,6 +312,18 @@ func planCuts(segs []SealedSegment, kept []Info) ([]cut, error) {
 				break
 			}
 			c.segments = append(c.segments, s)
+		}
+		if checkpointed != nil {
+			n := len(c.segments)
+			for n > 0 && c.segments[n-1].LastSeq > checkpointed[a] {
+				n--
+			}
+			if n < len(c.segments) {
+				note("anchor %q: %d sealed segments below the oldest kept snapshot stay until a signed checkpoint covers them (the newest stored one holds %d of its records; `checkpoint create` signs one)",
+					a, len(c.segments)-n, checkpointed[a])
+			}
+			c.segments = c.segments[:n]
+			c.signed = fmt.Sprintf(" and by the newest stored checkpoint (%d records)", checkpointed[a])
 		}
 		if len(c.segments) == 0 {
 			continue

@@ -129,6 +129,16 @@ func TestPlanCompaction(t *testing.T) {
 			Snapshots: truncSnaps[1:], Segments: truncSegs, Stats: Stats{RecordsSinceSnapshot: 1000}},
 			want: []string{"create every_records", "delete B", "cut a 500", "cut b 100", "remove a 1", "remove a 2", "remove a 3", "remove a 4", "remove a 5", "remove b 1", "remove b 2"},
 			keep: []string{"C"}},
+		// SPEC §6: a cut is covered by a signed checkpoint. Here the newest
+		// stored one holds 250 records of a (segments 1-2 of the 4 below
+		// the snapshots) and none of b.
+		{name: "truncate only what a checkpoint covers", in: PlanInput{Policy: policy(func(p *Policy) { p.KeepSnapshots = 2; p.RawLog = RawLogTruncate }),
+			Snapshots: truncSnaps, Segments: truncSegs, Checkpointed: map[string]uint64{"a": 250, "c": 10}},
+			want: []string{"delete A", "cut a 200", "remove a 1", "remove a 2"},
+			keep: []string{"B", "C"}, noteHas: `anchor "b": 1 sealed segments below the oldest kept snapshot stay until a signed checkpoint covers them`},
+		{name: "no checkpoint: nothing is truncated", in: PlanInput{Policy: policy(func(p *Policy) { p.KeepSnapshots = 2; p.RawLog = RawLogTruncate }),
+			Snapshots: truncSnaps, Segments: truncSegs, Checkpointed: map[string]uint64{}},
+			want: []string{"delete A"}, keep: []string{"B", "C"}, noteHas: `anchor "a": 4 sealed segments`},
 		{name: "forever keeps every segment", in: PlanInput{Policy: policy(func(p *Policy) { p.KeepSnapshots = 2 }), Snapshots: truncSnaps, Segments: truncSegs},
 			want: []string{"delete A"}, keep: []string{"B", "C"}, noteHas: `raw_log is "forever": 5 sealed segments (4500 bytes)`},
 		{name: "truncate with no usable snapshot removes nothing", in: PlanInput{Policy: policy(func(p *Policy) { p.RawLog = RawLogTruncate }), Snapshots: []Info{corrupt}, Segments: truncSegs}},
