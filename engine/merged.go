@@ -63,7 +63,9 @@ type MergedOptions struct {
 	Frontier merge.Frontier
 	// After, if set, leaves out each anchor's records up to After[anchor]:
 	// the view of what came after an earlier frontier (positions then count
-	// from the first record after it).
+	// from the first record after it). An After inside an anchor's
+	// truncated log is STATE_003: the records from there to the cut are
+	// gone, and the view would lack them without a word.
 	After merge.Frontier
 }
 
@@ -98,6 +100,21 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 			}
 			if opts.After[id] >= f[id] {
 				continue
+			}
+			if after := opts.After[id]; after > 0 {
+				// A view after an earlier frontier inside the truncated log
+				// would silently lack the records from there to the cut.
+				first, err := db.firstPresent(id)
+				if err != nil {
+					yield(merge.Positioned{}, err)
+					return
+				}
+				if after < first-1 {
+					e := errs.New(errs.CodeDependencyMissing, "anchor %q: the view after seq %d needs records %d..%d, which compaction truncated", id, after, after+1, first-1)
+					e.Anchor, e.Seq = id, after+1
+					yield(merge.Positioned{}, e)
+					return
+				}
 			}
 			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: opts.After[id] + 1, last: f[id], batch: batch})
 		}
@@ -186,6 +203,10 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 		}
 		if n := len(s.buf); n > 0 && s.buf[n-1].Seq != to {
 			return segment.Record{}, false, s.gap(s.buf[n-1].Seq+1, to)
+		}
+		if len(s.buf) == 0 && s.started {
+			// A whole refill gone: truncated since the read began.
+			return segment.Record{}, false, s.gap(s.next, to)
 		}
 		s.next = to + 1
 	}

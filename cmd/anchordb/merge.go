@@ -18,7 +18,8 @@ plus "pos"; else "pos=N ANCHOR #SEQ counter=N TIME TYPE KEY=VALUE blake3:…".
 
 --frontier F reads a frontier {"anchor id": seq, …} from the file F ('-' for stdin) and
 prints the merged view of just those prefixes; an anchor or seq the database does not
-hold is STATE_003 (exit 1). Records that compaction truncated are not in the view.
+hold is STATE_003 (exit 1). Records that compaction truncated are not in the view; a
+view that runs into a truncation made while it is read stops with STATE_003.
 
 --root prints instead {"root":"blake3:…","records":N,"frontier":{…}}: the RFC 6962 root
 over the record hashes in merged order, the number of records, and the frontier it was
