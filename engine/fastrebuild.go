@@ -28,7 +28,10 @@ import (
 // for speed, and says so in its report:
 //
 //   - the state below the snapshot's frontier comes from the snapshot (which
-//     verifies), so each key's history starts at its version in the snapshot;
+//     verifies), so each key's history starts at its version in the snapshot
+//     (with the deletes up to the frontier, which a snapshot does not hold,
+//     indexed besides: History and Versions may show a delete with no put
+//     before it);
 //   - records up to the frontier are read for their index rows without
 //     recomputing their hashes: seqs, links and seals are still checked, so
 //     the chain of stored hashes holds together, but a record whose body was
