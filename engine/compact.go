@@ -497,10 +497,12 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 			}
 			if !indexed {
 				// A rebuild from a snapshot indexed the state at its
-				// frontier, not the versions it superseded: a row the
-				// index lacks stays out (the stub still keeps the record,
-				// for a full rebuild).
+				// frontier, not the versions it superseded: a 'k' row the
+				// index lacks stays out. The record is kept all the same,
+				// in the stub (for a full rebuild) and its 'r' row (so
+				// Record reads it as it would after a full rebuild).
 				if newest[string(rec.Key)] == rec.Seq {
+					_ = b.Set(retainedKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
 					stub.Kept = append(stub.Kept, rec.Clone())
 				}
 				continue

@@ -421,6 +421,11 @@ func TestTruncationAfterFastRebuildAddsNoRow(t *testing.T) {
 		t.Logf("verify meanwhile: ok=%v err=%v failures=%v", rep.OK, verr, rep.Failures)
 		t.Fatalf("after a truncation on the fast-rebuilt index: Get(k) = %q, %v; a replay says not found (a seq 192 deleted k, and is still in a segment)", v.Value, err)
 	}
+	// The old put, kept in the stub without a 'k' row, is still a record
+	// Record reads, as after a full rebuild.
+	if rec, err := db.Record(ctx, "a", 1); err != nil || string(rec.Value) != "x" {
+		t.Fatalf("Record(a, 1) after the truncation = %q, %v; want the kept put", rec.Value, err)
+	}
 }
 
 // A snapshot whose frontier lies below an anchor's cut (an old snapshot

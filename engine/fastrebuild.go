@@ -457,9 +457,13 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		if inState {
 			matched++
 		}
-		// Deletes too, which no snapshot holds (see rebuildAnchor).
+		// Deletes too, which no snapshot holds (see rebuildAnchor). A
+		// superseded version gets no 'k' row, but Record still reads it
+		// from its 'r' row, as after a full rebuild.
 		if inState || k.rec.Type == segment.TypeDelete {
 			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = last.Set(key, v, nil) })
+		} else {
+			_ = last.Set(retainedKey(k.rec.Anchor, k.rec.Seq), segment.AppendFrame(nil, &k.rec), nil)
 		}
 	}
 	if matched != len(inSnapTruncated) {
