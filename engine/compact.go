@@ -108,8 +108,24 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 				return res, err
 			}
 			if policy.VerifyBeforeDelete {
-				if _, err := db.VerifySnapshot(ctx, info.Path); err != nil {
+				v, err := db.VerifySnapshot(ctx, info.Path)
+				if err != nil {
 					return res, fmt.Errorf("the new snapshot does not verify; nothing was deleted: %w", err)
+				}
+				if !v.Replayed {
+					// Its hashes check, but only a replay proves its state is
+					// the log's: what it would replace stays, and it goes
+					// (audited), or every later run would add another.
+					e := errs.New(errs.CodeDependencyMissing, "the new snapshot %s could not be proved by replay (%s); verify_before_delete: it was removed again, and nothing else was deleted", info.Name, v.Note)
+					gone := snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionDeleteSnapshot),
+						Removed: []snapshot.AuditItem{snapshot.SnapshotItem(info)}, Note: "not proved by replay: " + v.Note}
+					if err := audit(gone); err != nil {
+						return res, errors.Join(e, err)
+					}
+					if err := snapshot.Delete(db.fs, info.Path); err != nil && !oserrorIsNotExist(err) {
+						return res, errors.Join(e, err)
+					}
+					return res, e
 				}
 			}
 			res.Created = &info

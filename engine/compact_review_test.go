@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,7 +129,7 @@ func TestVerifySnapshotFromABaseTheTailSortsBefore(t *testing.T) {
 	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
 	defer db.Close()
 	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
-		KeepSnapshots: 2, RawLog: "truncate", VerifyBeforeDelete: true}
+		KeepSnapshots: 2, RawLog: "truncate"}
 	fillAnchor(t, db, "a", 200, "x")
 	if _, err := db.Append(ctx, Entry{Anchor: "b", Type: "put", Key: []byte("k"), Value: []byte("B"), Counter: 1_000_000}); err != nil {
 		t.Fatal(err)
@@ -508,5 +509,61 @@ func writeAll(t *testing.T, fs vfs.FS, path string, b []byte) {
 	}
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With verify_before_delete, a new snapshot that cannot be proved by replay
+// (here a record after the base sorts before it) replaces nothing: the
+// compaction stops with STATE_003 before any deletion (SPEC §6: nothing is
+// deleted until what replaces it is verified).
+func TestCompactKeepsWhatAnUnreplayedSnapshotWouldReplace(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 1, RawLog: "truncate", VerifyBeforeDelete: true}
+	fillAnchor(t, db, "a", 200, "x")
+	if _, err := db.Append(ctx, Entry{Anchor: "b", Type: "put", Key: []byte("k"), Value: []byte("B"), Counter: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil { // S1
+		t.Fatal(err)
+	}
+	if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil { // S1', cut below S1
+		t.Fatal(err)
+	}
+	before, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A put that sorts before b's, after the newest snapshot.
+	if _, err := db.Append(ctx, Entry{Anchor: "c", Type: "put", Key: []byte("k"), Value: []byte("C"), Counter: 500}); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 60, "y")
+	res, err := coveredCompact(t, db, policy, CompactOptions{Apply: true})
+	if !errors.Is(err, ErrDependencyMissing) {
+		t.Fatalf("compact: %v; want STATE_003 (the new snapshot cannot be replayed)", err)
+	}
+	if res.RemovedBytes != 0 || res.Created != nil {
+		t.Fatalf("removed %d bytes, created %v: want nothing removed, and no new snapshot left", res.RemovedBytes, res.Created)
+	}
+	// The same snapshots as before (the new one went again, audited), and a
+	// database that verifies.
+	after, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("%d snapshots before, %d after", len(before), len(after))
+	}
+	for _, b := range before {
+		if !slices.ContainsFunc(after, func(a snapshot.Info) bool { return a.Name == b.Name }) {
+			t.Fatalf("snapshot %s was deleted", b.Name)
+		}
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
 	}
 }

@@ -26,7 +26,8 @@ kept and notes on what is left alone. With
 --json the plan: {"policy_ref","now","actions":[{"action",…,"reason"}],"keep","notes"}.
 
 --apply carries the plan out: nothing is deleted before what replaces it is durable and
-(with verify_before_delete) verified, and every action is appended to the audit log in
+(with verify_before_delete) verified — a new snapshot that cannot be proved by replay is
+removed again and the run stops with STATE_003 (exit 1) — and every action is appended to the audit log in
 the database directory first. Prints the plan and what was done; with --json
 {"applied":true,"plan":{…},"created":{snapshot}|null,"removed_bytes":N}.
 Progress is drawn on stderr when it is a terminal.`,
