@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
@@ -92,6 +93,9 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	defer db.compactMu.Unlock()
 	ref := policy.PolicyRef()
 	audit := db.appendAudit
+	if err := db.auditKeptSnapshots(ctx, plan, ref); err != nil {
+		return res, err
+	}
 	settled := false
 	for i, a := range plan.Actions {
 		if err := ctx.Err(); err != nil {
@@ -232,13 +236,58 @@ func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
 	return head, nil
 }
 
+// auditKeptSnapshots makes sure, before a plan cuts a log, that every
+// snapshot it keeps is in the audit log: once the log below it is gone,
+// only that entry says the snapshot is the database's (verify holds it to
+// it). One the log lacks — its creation crashed before the line, or it
+// predates snapshot auditing — is proved by replay now and recorded as
+// adopted; one that cannot be proved stops the plan (STATE_003) before
+// anything is changed. The caller holds compactMu.
+func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref string) error {
+	if !slices.ContainsFunc(plan.Actions, func(a snapshot.Action) bool { return a.Kind == snapshot.ActionRecordCut }) {
+		return nil
+	}
+	vouched, err := db.auditedSnapshots()
+	if err != nil {
+		return err
+	}
+	for _, name := range plan.Keep {
+		path := db.fs.PathJoin(db.SnapshotsDir(), name)
+		v, err := db.VerifySnapshot(ctx, path)
+		if err != nil {
+			return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
+		}
+		if it, ok := vouched[name]; ok && it.StateHash == v.Info.StateHash && it.Hash == v.Info.FileHash {
+			continue
+		}
+		if !v.Replayed {
+			return errs.New(errs.CodeDependencyMissing, "snapshot %s is not in the audit log and cannot be proved by replay (%s): no cut below it", name, v.Note)
+		}
+		if err := db.appendAudit(snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionCreateSnapshot),
+			Added: []snapshot.AuditItem{snapshot.SnapshotItem(v.Info)}, Note: "adopted: not in the audit log, proved by replay before a cut below it"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // auditedSnapshots returns, by name, the snapshots the audit log records as
-// created.
+// created, in the lines up to the head the index recorded: a line appended
+// to the file by anyone else vouches for nothing.
 func (db *DB) auditedSnapshots() (map[string]snapshot.AuditItem, error) {
+	var head uint64
+	if rec, ok, err := db.metaBytes(metaAudit); err != nil {
+		return nil, err
+	} else if ok && len(rec) == 8+segment.HashSize {
+		head = be.Uint64(rec)
+	}
 	out := map[string]snapshot.AuditItem{}
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {
 			return nil, err
+		}
+		if entry.Seq > head {
+			break
 		}
 		if entry.Action != string(snapshot.ActionCreateSnapshot) {
 			continue
@@ -286,8 +335,11 @@ func (db *DB) checkpointedSizes(ctx context.Context) (map[string]uint64, error) 
 	if err != nil {
 		return nil, err
 	}
+	origin := proof.CheckpointOrigin(db.id)
 	for i := len(all) - 1; i >= 0; i-- {
-		if all[i].Err != nil {
+		// Only this database's: another's (which ingest can give the same
+		// trees) signs nothing about this log.
+		if all[i].Err != nil || all[i].Checkpoint.Origin != origin {
 			continue
 		}
 		for _, e := range all[i].Checkpoint.Entries {

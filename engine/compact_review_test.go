@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -17,6 +18,7 @@ import (
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
 func fillAnchor(t *testing.T, db *DB, anchor string, n int, tag string) {
@@ -565,5 +567,123 @@ func TestCompactKeepsWhatAnUnreplayedSnapshotWouldReplace(t *testing.T) {
 	}
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
 		t.Fatalf("verify: %v %+v", err, rep.Failures)
+	}
+}
+
+// A checkpoint of another database covers no cut here, though ingest can
+// give both the same trees: it signs nothing about this log (stop 18's
+// fourth review: compaction truncated under it, and verify rejected it).
+func TestForeignCheckpointCoversNoCut(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	src, err := Open("src", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, src, "a", 200, "x")
+	skey, _ := coverKeys(t)
+	if _, _, err := src.CreateCheckpoint(ctx, skey); err != nil {
+		t.Fatal(err)
+	}
+	srcCps, err := src.Checkpoints(ctx)
+	if err != nil || len(srcCps) != 1 {
+		t.Fatalf("source checkpoints: %v %v", srcCps, err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	dst, err := Open("dst", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if _, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The other database's checkpoint, stored in ours.
+	if err := fs.MkdirAll(fs.PathJoin("dst", CheckpointsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, fs, fs.PathJoin("dst", CheckpointsDir, srcCps[0].Name), srcCps[0].Note)
+
+	if _, err := dst.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	res, err := dst.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, verr := dst.Verify(ctx, VerifyOptions{})
+	for _, f := range rep.Failures {
+		t.Logf("verify finding: %s %s: %s", f.Code, f.File, f.Message)
+	}
+	if res.RemovedBytes != 0 {
+		t.Fatalf("compaction removed %d bytes under a checkpoint of another database (verify: ok=%v %v); plan: %+v",
+			res.RemovedBytes, rep.OK, verr, res.Plan.Actions)
+	}
+}
+
+// An audit append that fails leaves no snapshot behind: once the log below
+// it were cut, verify would hold it to an entry that does not exist.
+func TestCreateSnapshotLeavesNoUnauditedFile(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var failAudit atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failAudit.Load() && strings.HasSuffix(op.Path, AuditFile) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("injected: no space left on device")
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(mem, inj)
+	db, err := Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fillAnchor(t, db, "a", 20, "x")
+	failAudit.Store(true)
+	_, err = db.CreateSnapshot(ctx, "")
+	failAudit.Store(false)
+	if err == nil {
+		t.Fatal("scenario: the audit append did not fail")
+	}
+	if list, _ := db.Snapshots(ctx); len(list) != 0 {
+		t.Fatalf("%d snapshots left after the failed audit append", len(list))
+	}
+}
+
+// A snapshot the audit log lacks (a crash between its file and its line,
+// or one made before snapshots were audited) is proved by replay and
+// recorded as adopted before a cut below it, so verify still passes after
+// the cut (stop 18's fourth review: INT_003 on an untouched database).
+func TestCompactAdoptsAnUnauditedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	fillAnchor(t, db, "a", 200, "x")
+	old, err := db.CreateSnapshotTo(ctx, fs, db.SnapshotsDir(), "") // no audit line
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 40, "y")
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RemovedBytes == 0 {
+		t.Fatalf("nothing cut below %s: %+v", old.Name, res.Plan.Actions)
+	}
+	audited, err := db.auditedSnapshots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it, ok := audited[old.Name]; !ok || it.StateHash != old.StateHash {
+		t.Fatalf("snapshot %s was cut below without an audit entry", old.Name)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify after the cut: %v %+v", err, rep.Failures)
 	}
 }

@@ -48,7 +48,13 @@ func (db *DB) createSnapshotAudited(ctx context.Context, entry snapshot.AuditEnt
 	}
 	entry.Time, entry.Action = db.opts.Clock(), string(snapshot.ActionCreateSnapshot)
 	entry.Added = append(entry.Added, snapshot.SnapshotItem(info))
-	return info, db.appendAudit(entry)
+	if err := db.appendAudit(entry); err != nil {
+		// Not left behind unaudited (a crash here still can: a compaction
+		// adopts such a snapshot, proved by replay, before it cuts below it).
+		_ = snapshot.Delete(db.fs, info.Path)
+		return snapshot.Info{}, err
+	}
+	return info, nil
 }
 
 // CreateSnapshotTo is CreateSnapshot writing to another directory or

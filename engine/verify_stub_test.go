@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
@@ -301,4 +302,73 @@ func TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog(t *testing.T) {
 func coverVKey(t testing.TB) string {
 	_, vkey := coverKeys(t)
 	return vkey
+}
+
+// TestVerifyTakesNoVoucherPastTheAuditHead: the audit chain has no key, so
+// a line appended to the file after the head the index recorded vouches for
+// nothing: a rewritten unreplayable snapshot with such a line is still
+// INT_003 (stop 18's fourth review).
+func TestVerifyTakesNoVoucherPastTheAuditHead(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _, _ := truncatedUnderCheckpoint(t, fs)
+	defer db.Close()
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *snapshot.Info
+	for i := range list {
+		v, err := db.VerifySnapshot(ctx, list[i].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.Replayed {
+			target = &list[i]
+		}
+	}
+	if target == nil {
+		t.Fatal("scenario: no snapshot the log cannot replay")
+	}
+	s, err := snapshot.Open(fs, target.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	for e, err := range s.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	info := s.Info()
+	_ = s.Close()
+	entries[0].Value = []byte("FORGED")
+	forged, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: info.Frontier, PolicyRef: info.PolicyRef, Created: info.Created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot.Delete(fs, target.Path); err != nil {
+		t.Fatal(err)
+	}
+	// The one extra step: a well-chained audit line for the forged file.
+	if _, err := snapshot.Append(fs, db.AuditPath(), snapshot.AuditEntry{Time: time.Now(),
+		Action: string(snapshot.ActionCreateSnapshot), Added: []snapshot.AuditItem{snapshot.SnapshotItem(forged)}}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK {
+		t.Fatalf("verify accepts snapshot %s, a rewrite of %s with key %q set to %q, vouched for by an audit line appended after the head the index recorded",
+			forged.Name, target.Name, entries[0].Key, entries[0].Value)
+	}
 }

@@ -144,6 +144,7 @@ type demo struct {
 	db     *engine.DB
 	writes []demoWrite
 	report demoReport
+	skey   string // the checkpoint phase's signer key: compaction cuts only inside a signed checkpoint
 }
 
 func runDemo(e *env, cfg demoConfig) error {

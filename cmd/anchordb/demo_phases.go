@@ -126,6 +126,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		return fail(err)
 	}
 	d.report.KeyFile = prefix + ".key"
+	d.skey = skey
 	msg, created, err := d.db.CreateCheckpoint(ctx, skey)
 	if err != nil {
 		return fail(err)
@@ -245,6 +246,14 @@ func (d *demo) compactPhase() {
 	var ps []string
 	var planned int64
 	compact := func() bool {
+		// A cut lies inside a signed checkpoint (SPEC §6): sign one of
+		// everything written so far with the demo's key first.
+		if d.skey != "" {
+			if _, _, err := d.db.CreateCheckpoint(ctx, d.skey); err != nil {
+				ps = append(ps, fmt.Sprintf("checkpoint before compaction %d: %v", len(d.report.Compactions)+1, err))
+				return false
+			}
+		}
 		res, err := d.db.Compact(ctx, policy, engine.CompactOptions{Apply: true})
 		if err != nil {
 			ps = append(ps, fmt.Sprintf("compaction %d: %v", len(d.report.Compactions)+1, err))
