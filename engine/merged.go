@@ -104,7 +104,9 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 			if after := opts.After[id]; after > 0 {
 				// A view after an earlier frontier inside the truncated log
 				// would silently lack the records from there to the cut.
-				first, err := db.firstPresent(id)
+				db.truncating.RLock() // cutOf caches: no truncation in between
+				first, err := db.cutOf(id)
+				db.truncating.RUnlock()
 				if err != nil {
 					yield(merge.Positioned{}, err)
 					return
@@ -116,7 +118,10 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 					return
 				}
 			}
-			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: opts.After[id] + 1, last: f[id], batch: batch})
+			// After a frontier the log goes on densely from After+1: a
+			// truncation that lands before the first refill is a gap too.
+			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: opts.After[id] + 1, last: f[id], batch: batch,
+				started: opts.After[id] > 0})
 		}
 		var mo []merge.Option
 		if opts.From > 1 {
