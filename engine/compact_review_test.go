@@ -100,21 +100,10 @@ func TestFastRebuildAbandonedWhenTheTailSortsFirst(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
-	if err != nil {
-		t.Fatal(err)
+	if kinds := rebuildFromSnapshot(t, opts); !kinds[EventFastRebuildAbandoned] {
+		t.Fatalf("the fast path was taken: %v", kinds)
 	}
-	abandoned := false
-	for _, ev := range plan.Report.Events {
-		abandoned = abandoned || ev.Kind == EventFastRebuildAbandoned
-	}
-	if !abandoned {
-		t.Fatalf("the fast path was taken: %v", plan.Report.Events)
-	}
-	db, err = Open("db", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db = mustOpen(t, fs, opts)
 	defer db.Close()
 	if v, err := db.Get(ctx, []byte("k")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after rebuild-index --from-snapshot: Get(k) = %q, %v; a full replay says not found (the delete, counter 1000000, is last in merged order)", v.Value, err)
@@ -352,16 +341,8 @@ func TestAppendAfterFastRebuildSortsBeforeADelete(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := false
-	for _, ev := range plan.Report.Events {
-		fast = fast || ev.Kind == EventStateFromSnapshot
-	}
-	if !fast {
-		t.Fatalf("fast path not taken: %v", plan.Report.Events)
+	if kinds := rebuildFromSnapshot(t, opts); !kinds[EventStateFromSnapshot] {
+		t.Fatalf("fast path not taken: %v", kinds)
 	}
 	db = mustOpen(t, fs, opts)
 	defer db.Close()
@@ -398,16 +379,8 @@ func TestTruncationAfterFastRebuildAddsNoRow(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := false
-	for _, ev := range plan.Report.Events {
-		fast = fast || ev.Kind == EventStateFromSnapshot
-	}
-	if !fast {
-		t.Fatalf("fast path not taken: %v", plan.Report.Events)
+	if kinds := rebuildFromSnapshot(t, opts); !kinds[EventStateFromSnapshot] {
+		t.Fatalf("fast path not taken: %v", kinds)
 	}
 	db = mustOpen(t, fs, opts)
 	defer db.Close()
@@ -686,4 +659,19 @@ func TestCompactAdoptsAnUnauditedSnapshot(t *testing.T) {
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
 		t.Fatalf("verify after the cut: %v %+v", err, rep.Failures)
 	}
+}
+
+// rebuildFromSnapshot runs rebuild-index --from-snapshot on the closed
+// database "db" and returns the kinds of event its report holds.
+func rebuildFromSnapshot(t *testing.T, opts Options) map[string]bool {
+	t.Helper()
+	plan, err := RebuildIndexWith(context.Background(), "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, ev := range plan.Report.Events {
+		kinds[ev.Kind] = true
+	}
+	return kinds
 }

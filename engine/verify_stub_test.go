@@ -237,59 +237,14 @@ func TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog(t *testing.T) {
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
 		t.Fatalf("setup verify: %+v %v", rep, err)
 	}
-	list, err := db.Snapshots(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var target *snapshot.Info
-	for i := range list {
-		v, err := db.VerifySnapshot(ctx, list[i].Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s replayed=%v note=%q", list[i].Name, v.Replayed, v.Note)
-		if !v.Replayed {
-			target = &list[i]
-		}
-	}
-	if target == nil {
-		t.Fatal("scenario: no snapshot the log cannot replay")
-	}
-	s, err := snapshot.Open(fs, target.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var entries []snapshot.Entry
-	for e, err := range s.Entries() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e.Clone())
-	}
-	info := s.Info()
-	_ = s.Close()
-	entries[0].Value = []byte("FORGED")
-	forged, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: info.Frontier, PolicyRef: info.PolicyRef, Created: info.Created},
-		func(yield func(snapshot.Entry, error) bool) {
-			for _, e := range entries {
-				if !yield(e, nil) {
-					return
-				}
-			}
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := snapshot.Delete(fs, target.Path); err != nil {
-		t.Fatal(err)
-	}
+	target, forged, entries := forgeUnreplayableSnapshot(t, db, fs)
 	rep, err := db.Verify(ctx, VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.OK {
 		t.Fatalf("verify accepts snapshot %s, a rewrite of %s with key %q set to %q (state hash %s, was %s)",
-			forged.Name, target.Name, entries[0].Key, entries[0].Value, forged.StateHash, info.StateHash)
+			forged.Name, target.Name, entries[0].Key, entries[0].Value, forged.StateHash, target.StateHash)
 	}
 	for _, f := range rep.Failures {
 		if f.Code != errs.CodeSnapshotCorrupted || f.File != forged.Path {
@@ -313,51 +268,7 @@ func TestVerifyTakesNoVoucherPastTheAuditHead(t *testing.T) {
 	fs := vfs.NewMem()
 	db, _, _ := truncatedUnderCheckpoint(t, fs)
 	defer db.Close()
-	list, err := db.Snapshots(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var target *snapshot.Info
-	for i := range list {
-		v, err := db.VerifySnapshot(ctx, list[i].Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !v.Replayed {
-			target = &list[i]
-		}
-	}
-	if target == nil {
-		t.Fatal("scenario: no snapshot the log cannot replay")
-	}
-	s, err := snapshot.Open(fs, target.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var entries []snapshot.Entry
-	for e, err := range s.Entries() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e.Clone())
-	}
-	info := s.Info()
-	_ = s.Close()
-	entries[0].Value = []byte("FORGED")
-	forged, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: info.Frontier, PolicyRef: info.PolicyRef, Created: info.Created},
-		func(yield func(snapshot.Entry, error) bool) {
-			for _, e := range entries {
-				if !yield(e, nil) {
-					return
-				}
-			}
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := snapshot.Delete(fs, target.Path); err != nil {
-		t.Fatal(err)
-	}
+	target, forged, entries := forgeUnreplayableSnapshot(t, db, fs)
 	// The one extra step: a well-chained audit line for the forged file.
 	if _, err := snapshot.Append(fs, db.AuditPath(), snapshot.AuditEntry{Time: time.Now(),
 		Action: string(snapshot.ActionCreateSnapshot), Added: []snapshot.AuditItem{snapshot.SnapshotItem(forged)}}); err != nil {
@@ -371,4 +282,58 @@ func TestVerifyTakesNoVoucherPastTheAuditHead(t *testing.T) {
 		t.Fatalf("verify accepts snapshot %s, a rewrite of %s with key %q set to %q, vouched for by an audit line appended after the head the index recorded",
 			forged.Name, target.Name, entries[0].Key, entries[0].Value)
 	}
+}
+
+// forgeUnreplayableSnapshot rewrites a snapshot the log can no longer replay
+// with its first key's value changed, hashes recomputed, and removes the
+// original: what anyone with write access could do. It returns the
+// original's info, the forgery's, and the forgery's entries.
+func forgeUnreplayableSnapshot(t *testing.T, db *DB, fs vfs.FS) (target, forged snapshot.Info, entries []snapshot.Entry) {
+	t.Helper()
+	ctx := context.Background()
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for i := range list {
+		v, err := db.VerifySnapshot(ctx, list[i].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.Replayed {
+			target, found = list[i], true
+		}
+	}
+	if !found {
+		t.Fatal("scenario: no snapshot the log cannot replay")
+	}
+	s, err := snapshot.Open(fs, target.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e, err := range s.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	info := s.Info()
+	_ = s.Close()
+	entries[0].Value = []byte("FORGED")
+	forged, err = snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: info.Frontier, PolicyRef: info.PolicyRef, Created: info.Created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot.Delete(fs, target.Path); err != nil {
+		t.Fatal(err)
+	}
+	return target, forged, entries
 }
