@@ -170,14 +170,70 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 }
 
 // appendAudit appends e to the audit log. The caller holds compactMu.
+//
+// The log must end at the database's own head (auditHead): a line past it
+// is not the database's (the chain has no key), and a new line chained onto
+// it would make it count. Before the line is written, which line it will be
+// is flushed to the index (metaAuditNext), so an unclean stop that loses the
+// head row still leaves the line recognisably the database's.
 func (db *DB) appendAudit(e snapshot.AuditEntry) error {
-	line, err := snapshot.Append(db.fs, db.AuditPath(), e)
+	n, _, err := db.auditHead()
+	if err != nil {
+		return err
+	}
+	file, err := db.VerifyAuditLog(context.Background())
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	if file.Lines > n {
+		e := errs.New(errs.CodeChainBroken, "audit log has %d lines past the %d the database wrote; nothing more is appended to it", file.Lines-n, n)
+		e.File = db.AuditPath()
+		return e
+	}
+	line, err := snapshot.AppendAfter(db.fs, db.AuditPath(), e, func(next snapshot.AuditEntry) error {
+		if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(next.Seq, next.Hash), pebble.NoSync); err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAuditNext)
+		}
+		return db.flushIndex()
+	})
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
 	}
 	// The head, kept in the index, is what tells a torn last line from an
 	// altered or lost one.
 	return db.index.Set(metaKey(metaAudit), auditHeadRow(line.Seq, line.Hash), pebble.NoSync)
+}
+
+// auditHead returns how many lines of the audit log, and which last one,
+// are the database's own: the head row, or the line an append recorded it
+// was about to write, when the log holds it (an unclean stop can lose the
+// head row after the line was written). A row that cannot be read is an
+// empty head (a legacy or rebuilt index without one).
+func (db *DB) auditHead() (uint64, segment.Hash, error) {
+	var n uint64
+	var h segment.Hash
+	if rec, ok, err := db.metaBytes(metaAudit); err != nil {
+		return 0, h, err
+	} else if ok && len(rec) == 8+segment.HashSize {
+		n, h = be.Uint64(rec), segment.Hash(rec[8:])
+	}
+	rec, ok, err := db.metaBytes(metaAuditNext)
+	if err != nil || !ok || len(rec) != 8+segment.HashSize || be.Uint64(rec) != n+1 {
+		return n, h, err
+	}
+	next := segment.Hash(rec[8:])
+	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
+		if err != nil {
+			return n, h, nil // verify reports the log
+		}
+		if entry.Seq == n+1 {
+			if entry.Hash == next {
+				return n + 1, next, nil
+			}
+			break
+		}
+	}
+	return n, h, nil
 }
 
 // auditHeadRow encodes the maudit row: the audit log's line count and the
@@ -282,11 +338,9 @@ func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref st
 // created, in the lines up to the head the index recorded: a line appended
 // to the file by anyone else vouches for nothing.
 func (db *DB) auditedSnapshots() (map[string]snapshot.AuditItem, error) {
-	var head uint64
-	if rec, ok, err := db.metaBytes(metaAudit); err != nil {
+	head, _, err := db.auditHead()
+	if err != nil {
 		return nil, err
-	} else if ok && len(rec) == 8+segment.HashSize {
-		head = be.Uint64(rec)
 	}
 	out := map[string]snapshot.AuditItem{}
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {

@@ -30,6 +30,10 @@ const (
 	metaClock   = "clock"   // u64: the Lamport clock
 	metaSettled = "settled" // journal.Pos: segments hold everything before it durably
 	metaAudit   = "audit"   // u64 lines ‖ hash of the last: the audit log's head
+	// metaAuditNext is the line an append is about to write (u64 seq ‖
+	// hash), durable before the line is: after an unclean stop that lost the
+	// head row, a line matching it is the database's own.
+	metaAuditNext = "audit_next"
 )
 
 // indexFormat is the version of the index layout (engine/keys.go). An index

@@ -337,3 +337,33 @@ func forgeUnreplayableSnapshot(t *testing.T, db *DB, fs vfs.FS) (target, forged 
 	}
 	return target, forged, entries
 }
+
+// TestForgedAuditLineIsNotLaunderedByTheNextAppend: a line appended to the
+// audit log by anyone else must not come to count when the database writes
+// its next line after it (stop 18's fifth review: it then vouched for a
+// forged snapshot). The database refuses to append past a line it did not
+// write, and verify still reports the forgery.
+func TestForgedAuditLineIsNotLaunderedByTheNextAppend(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _, _ := truncatedUnderCheckpoint(t, fs)
+	defer db.Close()
+	_, forged, _ := forgeUnreplayableSnapshot(t, db, fs)
+	if _, err := snapshot.Append(fs, db.AuditPath(), snapshot.AuditEntry{Time: time.Now(),
+		Action: string(snapshot.ActionCreateSnapshot), Added: []snapshot.AuditItem{snapshot.SnapshotItem(forged)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a0", []byte("zz"), []byte("zz")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateSnapshot(ctx, ""); CodeOf(err) != errs.CodeChainBroken {
+		t.Fatalf("an audited action after a foreign line: %v; want INT_002", err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK {
+		t.Fatalf("verify accepts forged snapshot %s after the database's next audited action", forged.Name)
+	}
+}

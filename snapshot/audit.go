@@ -153,6 +153,15 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 // over. Write failures are IO_001. Append is not safe for concurrent use on
 // one file; the engine holds its writer lock.
 func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
+	return AppendAfter(fs, path, e, nil)
+}
+
+// AppendAfter is Append calling before, if set, with the entry as it will
+// be written (Seq, Prev and Hash set) before anything is: a caller can
+// record durably which line it is about to write, and so later tell its own
+// line from one somebody else appended. An error from before writes
+// nothing.
+func AppendAfter(fs vfs.FS, path string, e AuditEntry, before func(AuditEntry) error) (AuditEntry, error) {
 	last, off, torn, err := auditTail(fs, path)
 	if err != nil {
 		return AuditEntry{}, err
@@ -168,6 +177,11 @@ func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
 	}
 	if len(line) >= maxAuditLine {
 		return AuditEntry{}, errs.New(errs.CodeInvalidInput, "audit: entry of %d bytes exceeds the %d-byte line limit", len(line), maxAuditLine)
+	}
+	if before != nil {
+		if err := before(e); err != nil {
+			return AuditEntry{}, err
+		}
 	}
 	if pad := int(torn) - len(line) - 1; pad > 0 {
 		line = append(line, bytes.Repeat([]byte{' '}, pad)...)
