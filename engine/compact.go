@@ -181,16 +181,14 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 	if err != nil {
 		return err
 	}
-	file, err := db.VerifyAuditLog(context.Background())
-	if err != nil {
-		return fmt.Errorf("audit log: %w", err)
-	}
-	if file.Lines > n {
-		e := errs.New(errs.CodeChainBroken, "audit log has %d lines past the %d the database wrote; nothing more is appended to it", file.Lines-n, n)
-		e.File = db.AuditPath()
-		return e
-	}
 	line, err := snapshot.AppendAfter(db.fs, db.AuditPath(), e, func(next snapshot.AuditEntry) error {
+		// Append read the log's tail: the line to come must follow the
+		// database's own head, not a line somebody else wrote.
+		if next.Seq > n+1 {
+			e := errs.New(errs.CodeChainBroken, "audit log has %d lines past the %d the database wrote; nothing more is appended to it", next.Seq-1-n, n)
+			e.File = db.AuditPath()
+			return e
+		}
 		if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(next.Seq, next.Hash), pebble.NoSync); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAuditNext)
 		}

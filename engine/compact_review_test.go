@@ -176,23 +176,10 @@ func TestTruncationAfterFastRebuildKeepsADelete(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
-	if err != nil {
-		t.Fatal(err)
+	if kinds := rebuildFromSnapshot(t, opts); !kinds[EventStateFromSnapshot] {
+		t.Fatalf("fast path not taken: %v", kinds)
 	}
-	fast := false
-	for _, ev := range plan.Report.Events {
-		if ev.Kind == EventStateFromSnapshot {
-			fast = true
-		}
-	}
-	if !fast {
-		t.Fatalf("fast path not taken: %+v", plan.Report.Events)
-	}
-	db, err = Open("db", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db = mustOpen(t, fs, opts)
 	fillAnchor(t, db, "b", 5, "y")
 	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}) // S2, truncate b below S1
 	if err != nil {

@@ -185,16 +185,8 @@ func TestTruncationsAgainstAModel(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast := false
-	for _, ev := range plan.Report.Events {
-		fast = fast || ev.Kind == EventStateFromSnapshot
-	}
-	if !fast {
-		t.Errorf("the fast rebuild was abandoned on an ordinary database: %v", plan.Report.Events)
+	if kinds := rebuildFromSnapshot(t, opts); !kinds[EventStateFromSnapshot] {
+		t.Errorf("the fast rebuild was abandoned on an ordinary database: %v", kinds)
 	}
 	db = mustOpen(t, fs, opts)
 	checkCutModel(t, db, recs, keys, "after a rebuild from the snapshot", false)
