@@ -1,0 +1,104 @@
+// Package lint holds checks over the whole module, as Pebble's internal/lint
+// does. It has no code of its own.
+package lint
+
+import (
+	"go/build"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/anchordb/anchordb/"
+
+// layers says, for each package of the module, which of the module's
+// packages it may import (SPEC §11, STYLE.md): cmd, bench and fuzz sit on
+// engine; engine on merge, snapshot and proof; those three on segment and
+// never on one another; segment on internal/errs alone. A package missing
+// here fails the test, so a new one has to take its place in the layering.
+var layers = map[string][]string{
+	"internal/errs":    nil,
+	"internal/jsonobj": nil,
+	"internal/journal": {"internal/errs"},
+	"internal/lint":    nil,
+	"segment":          {"internal/errs"},
+	"merge":            {"segment", "internal/errs", "internal/jsonobj"},
+	"snapshot":         {"segment", "internal/errs", "internal/jsonobj"},
+	"proof":            {"segment", "internal/errs", "internal/jsonobj"},
+	"engine": {"merge", "snapshot", "proof", "segment",
+		"internal/errs", "internal/journal"},
+	"bench/harness": {"engine", "merge", "snapshot", "proof", "segment", "internal/errs"},
+	"bench": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment",
+		"internal/errs", "internal/journal"},
+	"cmd/anchordb": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment",
+		"internal/errs", "internal/jsonobj"},
+	"fuzz": {"engine", "merge", "snapshot", "proof", "segment",
+		"internal/errs", "internal/journal", "internal/jsonobj"},
+}
+
+// TestImports checks every package's imports, its tests' included, against
+// layers: lower layers never import higher ones.
+func TestImports(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		name := d.Name()
+		// bench/peers is a module of its own (the real peers stay out of
+		// the engine's dependency graph); testdata and dot directories hold
+		// no packages of this module.
+		if rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || rel == "bench/peers") {
+			return filepath.SkipDir
+		}
+		pkg, err := build.ImportDir(p, 0)
+		if _, none := err.(*build.NoGoError); none {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		seen++
+		allowed, known := layers[rel]
+		if !known {
+			t.Errorf("package %s has no place in the layering: add it to layers", rel)
+			return nil
+		}
+		ok := map[string]bool{rel: true}
+		for _, a := range allowed {
+			ok[a] = true
+		}
+		bad := map[string]bool{}
+		for _, imp := range slices.Concat(pkg.Imports, pkg.TestImports, pkg.XTestImports) {
+			if dep, inModule := strings.CutPrefix(imp, module); inModule && !ok[dep] && !bad[dep] {
+				bad[dep] = true
+				t.Errorf("%s imports %s, which its layer may not", rel, dep)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < len(layers) {
+		t.Errorf("found %d packages, layers names %d: a package was removed or the walk missed it", seen, len(layers))
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("the module root was not found at %s: %v", root, err)
+	}
+}
