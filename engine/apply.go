@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/invariants"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/transparency-dev/merkle/compact"
@@ -81,6 +82,9 @@ func (db *DB) applyGroups(groups []*group) {
 		if g.err == nil {
 			g.publish()
 		}
+	}
+	if invariants.Enabled {
+		db.checkAppliedGroups(groups)
 	}
 }
 

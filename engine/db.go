@@ -119,6 +119,9 @@ type DB struct {
 	// mergeBatch is the applier's: the index batches of groups applied
 	// together are merged into it (applyGroups).
 	mergeBatch *pebble.Batch
+	// invariantLastApplied is the last group the applier applied, kept
+	// only for the invariant checks (invariants.go).
+	invariantLastApplied uint64
 	// segIO is held shared by every segment write and seal, and exclusively
 	// by a settle checking, after its fsyncs, that none of them failed.
 	segIO     sync.RWMutex

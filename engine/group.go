@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/invariants"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -162,6 +163,9 @@ func (db *DB) buildGroup(reqs []*request) *group {
 		db.metrics.journalBytes.Add(uint64(len(g.block)))
 	} else {
 		g.end = db.journal.End()
+	}
+	if invariants.Enabled {
+		db.checkBuiltGroup(g)
 	}
 	// The next group continues from here, whether or not this one is applied
 	// yet.
