@@ -172,6 +172,16 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 		return cost{records: len(entries), bytes: bytes}, false, nil, nil
 	}
 	c = cost{records: len(entries), bytes: bytes, anchors: make(map[string]int, 1)}
+	for i := range entries {
+		if len(entries[i].IdempotencyKey) > 0 {
+			// The keys are looked up in the index: not after Close closed it.
+			if err := db.adm.enter(); err != nil {
+				return c, false, nil, err
+			}
+			defer db.adm.releaseGate()
+			break
+		}
+	}
 	dups := 0
 	for i := range entries {
 		e := &entries[i]
