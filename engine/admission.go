@@ -166,6 +166,22 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	}
 }
 
+// enter holds Close off while an append that is not yet admitted reads the
+// index (its idempotency keys): Close closes the index once drained, and
+// Pebble panics on a closed DB. Each enter that succeeds is paired with a
+// releaseGate.
+func (a *admission) enter() error {
+	a.gate.Add(1)
+	a.mu.Lock()
+	closing := a.closing
+	a.mu.Unlock()
+	if closing {
+		a.releaseGate()
+		return errClosed
+	}
+	return nil
+}
+
 // refusal builds a refusal with the capacity state; a.mu is held.
 func (a *admission) refusal(code errs.Code, retry time.Duration, msg string) *errs.RefusalError {
 	a.count(code)

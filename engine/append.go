@@ -128,7 +128,7 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	// The duplicate fast path (SPEC §7, §8): a retry of a committed append
 	// is answered before any bound or rate limit is consulted, and entries
 	// whose keys are committed or in flight cost nothing.
-	c, done, rs, err := db.admissionCost(entries, bytes)
+	c, done, rs, err := db.admissionCost(entries, bytes, sync)
 	if err != nil || done {
 		return rs, err
 	}
@@ -161,11 +161,27 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 // is a committed duplicate it returns their receipts (done); a single entry
 // whose key is committed with another fingerprint is STATE_002 at once.
 // Otherwise it returns the cost of the entries that may append.
-func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs []Receipt, err error) {
+//
+// A durable request is answered here only when every journal block written
+// so far is durable: its duplicates may be of a NoSync append whose block is
+// not, and a durable receipt must name a durable record (SPEC §3). Else the
+// duplicates, which cost nothing, go through a commit group, whose fsync
+// covers the original's block.
+func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, done bool, rs []Receipt, err error) {
 	if db.adm.disabled {
 		return cost{records: len(entries), bytes: bytes}, false, nil, nil
 	}
 	c = cost{records: len(entries), bytes: bytes, anchors: make(map[string]int, 1)}
+	for i := range entries {
+		if len(entries[i].IdempotencyKey) > 0 {
+			// The keys are looked up in the index: not after Close closed it.
+			if err := db.adm.enter(); err != nil {
+				return c, false, nil, err
+			}
+			defer db.adm.releaseGate()
+			break
+		}
+	}
 	dups := 0
 	for i := range entries {
 		e := &entries[i]
@@ -200,7 +216,7 @@ func (db *DB) admissionCost(entries []Entry, bytes int64) (c cost, done bool, rs
 		}
 		c.anchors[e.Anchor]++
 	}
-	if dups == len(entries) && len(rs) == len(entries) {
+	if dups == len(entries) && len(rs) == len(entries) && (!sync || db.journal.WrittenSynced()) {
 		db.metrics.duplicates.Add(uint64(dups))
 		return c, true, rs, nil
 	}

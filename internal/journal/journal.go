@@ -343,6 +343,14 @@ func (w *Writer) End() Pos {
 	return Pos{Gen: w.gen, Off: w.off}
 }
 
+// WrittenSynced reports whether everything written to the OS so far is
+// durable (blocks still buffered are not counted: they are not written).
+func (w *Writer) WrittenSynced() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.synced.Less(Pos{Gen: w.gen, Off: w.written})
+}
+
 // SyncTo makes everything up to p durable. Concurrent callers share one
 // fdatasync: a caller whose position an fsync already covered returns at once.
 func (w *Writer) SyncTo(p Pos) error {
