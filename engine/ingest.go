@@ -324,10 +324,15 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	root := fs.PathJoin(from, segment.AnchorsDir)
 	var dirs []string
 	if only != nil {
+		named := make(map[string]bool, len(only))
 		for _, id := range only {
 			if err := segment.ValidateAnchorID(id); err != nil {
 				return nil, err
 			}
+			if named[id] {
+				continue // named twice: ingested once
+			}
+			named[id] = true
 			d := segment.AnchorDir(fs, from, id)
 			if _, err := fs.Stat(d); err != nil {
 				e := errs.New(errs.CodeDependencyMissing, "anchor %q is not in %s", id, from)

@@ -210,3 +210,23 @@ func TestReviewIngestReusedIdempotencyKeyJoinsNothing(t *testing.T) {
 		t.Fatalf("a refused ingest joined %v (%v)", held, err)
 	}
 }
+
+// Naming an anchor twice (`ingest --anchor a --anchor a`) ingests it once.
+func TestReviewIngestAnchorNamedTwice(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	src := openAt(t, fs, "src")
+	writeSome(t, src, []string{"a"}, 10, "src")
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst := openAt(t, fs, "dst")
+	defer dst.Close()
+	rep, err := dst.Ingest(ctx, "src", IngestOptions{Anchors: []string{"a", "a"}})
+	if err != nil || rep.Appended != 10 {
+		t.Fatalf("ingest of an anchor named twice: %+v %v", rep, err)
+	}
+	if held := heldRecords(t, dst); held["a"] != 10 {
+		t.Fatalf("held %v", held)
+	}
+}
