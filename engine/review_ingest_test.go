@@ -50,6 +50,31 @@ func forgeAnchor(t *testing.T, fs vfs.FS, dir, anchor string, recs []segment.Rec
 	}
 }
 
+// forgeContinuation writes, as the anchor's only segment in dir (segno 2),
+// a log that starts after seq 1 with rec — what a source whose older
+// segments compaction truncated holds — linked to prev.
+func forgeContinuation(t *testing.T, fs vfs.FS, dir string, prev segment.Hash, rec segment.Record) {
+	t.Helper()
+	d := segmentAnchorDir(fs, dir, rec.Anchor)
+	if err := fs.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := segment.Header{Anchor: rec.Anchor, Segno: 2, FirstSeq: rec.Seq, PrevHash: prev}
+	buf := segment.AppendHeader(nil, &h)
+	rec.PrevHash = prev
+	buf = segment.AppendFrame(buf, &rec)
+	f, err := fs.Create(fs.PathJoin(d, segment.FileName(2)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // forgedPuts returns n put records with the given counters (seq, links and
 // hashes are set by forgeAnchor).
 func forgedPuts(counters ...uint64) []segment.Record {
@@ -160,23 +185,9 @@ func TestReviewIngestContinuationCounterAboveOurs(t *testing.T) {
 	}
 	// The source holds x from seq 4 on (its older segments compacted away),
 	// linked to our head, with a counter below our head's.
-	d := segmentAnchorDir(fs, "src", "x")
-	if err := fs.MkdirAll(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	h := segment.Header{Anchor: "x", Segno: 2, FirstSeq: 4, PrevHash: head.Hash}
-	buf := segment.AppendHeader(nil, &h)
-	rec := segment.Record{Anchor: "x", Seq: 4, Counter: 50, Time: 1, Type: segment.TypePut, Key: []byte("k"), Value: []byte("old"), PrevHash: head.Hash}
-	buf = segment.AppendFrame(buf, &rec)
-	f, err := fs.Create(fs.PathJoin(d, segment.FileName(2)), vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(buf); err != nil {
-		t.Fatal(err)
-	}
-	_ = f.Close()
-	_, err = dst.Ingest(ctx, "src", IngestOptions{Anchors: []string{"good", "x"}})
+	forgeContinuation(t, fs, "src", head.Hash, segment.Record{Anchor: "x", Seq: 4, Counter: 50, Time: 1,
+		Type: segment.TypePut, Key: []byte("k"), Value: []byte("old")})
+	_, err := dst.Ingest(ctx, "src", IngestOptions{Anchors: []string{"good", "x"}})
 	if errs.CodeOf(err) != errs.CodeChainBroken {
 		t.Errorf("ingest: %v, want INT_002", err)
 	}
@@ -228,5 +239,41 @@ func TestReviewIngestAnchorNamedTwice(t *testing.T) {
 	}
 	if held := heldRecords(t, dst); held["a"] != 10 {
 		t.Fatalf("held %v", held)
+	}
+}
+
+// A continuation (here of a truncated source log, which links to our head)
+// that reuses an idempotency key our part of the log holds is refused before
+// anything is joined.
+func TestReviewIngestContinuationReusesOurIdempotencyKey(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	dst := openAt(t, fs, "dst")
+	defer dst.Close()
+	var head Receipt
+	for i := 0; i < 3; i++ {
+		e := Entry{Anchor: "x", Type: "put", Key: []byte("k"), Value: []byte(fmt.Sprint(i))}
+		if i == 1 {
+			e.IdempotencyKey = []byte("once")
+		}
+		r, err := dst.Append(ctx, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head = r
+	}
+	src := openAt(t, fs, "src")
+	writeSome(t, src, []string{"good"}, 3, "src")
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	forgeContinuation(t, fs, "src", head.Hash, segment.Record{Anchor: "x", Seq: 4, Counter: head.Counter + 1, Time: 1,
+		Type: segment.TypePut, Key: []byte("k"), Value: []byte("again"), IdempotencyKey: []byte("once")})
+	_, err := dst.Ingest(ctx, "src", IngestOptions{Anchors: []string{"good", "x"}})
+	if errs.CodeOf(err) != errs.CodeConflict {
+		t.Errorf("ingest: %v, want STATE_002", err)
+	}
+	if held := heldRecords(t, dst); held["good"] != 0 || held["x"] != 3 {
+		t.Fatalf("a refused ingest joined: %v", held)
 	}
 }
