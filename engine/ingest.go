@@ -10,6 +10,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/zeebo/blake3"
 )
 
 // Ingest: the partition case. Anchors written in another anchordb directory
@@ -122,9 +123,6 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		if err := db.scanSource(ctx, s, 0, nil); err != nil {
-			return rep, err
-		}
 		info, _, err := db.anchorInfo(s.id)
 		if err != nil {
 			return rep, err
@@ -133,8 +131,17 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 			return rep, errs.New(errs.CodeChainBroken, "anchor %q is damaged here; it cannot be extended: %s", s.id, info.Damage)
 		}
 		had := info.Records
+		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
+		if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
+			return rep, err
+		}
 		if err := db.checkJoin(ctx, s, had, info); err != nil {
 			return rep, err
+		}
+		// Only once the logs agree up to had: the records after it then
+		// continue ours, and what is wrong with them is theirs.
+		if arrivals.err != nil {
+			return rep, arrivals.err
 		}
 		plans = append(plans, plan{s, had})
 		if s.head > had {
@@ -243,6 +250,65 @@ func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info A
 
 var errStopScan = errors.New("stop scan")
 
+// arrivalCheck checks, during the full scan of pass 1, what pass 2 would
+// append of s — its records after seq had, whose hashes and links the scan
+// checks — against the rules an append keeps and a hash does not: counters
+// strictly increasing from ours (last, the counter of our seq had) and at
+// most MaxCounter (INT_002, as verify reports it), and each idempotency key
+// used once in the anchor (STATE_002). A log that breaks one is refused in
+// pass 1, before anything of any anchor is joined; pass 2 would refuse it
+// only after joining what came before it. The first finding is kept in err
+// and the scan goes on, so that a fork is reported as one.
+type arrivalCheck struct {
+	db   *DB
+	s    *sourceAnchor
+	had  uint64
+	last uint64
+	seen map[[32]byte]struct{} // hashes of the idempotency keys arriving
+	err  error
+}
+
+func (c *arrivalCheck) record(rec segment.Record) error {
+	if rec.Seq <= c.had || c.err != nil {
+		return nil
+	}
+	refuse := func(code errs.Code, format string, args ...any) error {
+		e := errs.New(code, format, args...)
+		e.Anchor, e.Seq = c.s.id, rec.Seq
+		c.err = e
+		return nil
+	}
+	if rec.Counter <= c.last || rec.Counter > MaxCounter {
+		return refuse(errs.CodeChainBroken, "anchor %q arrives with counter %d at seq %d, not above %d of the record before it (or above the format's %d)",
+			c.s.id, rec.Counter, rec.Seq, c.last, uint64(MaxCounter))
+	}
+	c.last = rec.Counter
+	if len(rec.IdempotencyKey) == 0 {
+		return nil
+	}
+	h := blake3.Sum256(rec.IdempotencyKey)
+	_, found := c.seen[h]
+	if !found {
+		c.db.idemMu.Lock()
+		_, found = c.db.pendingIdem[c.s.id+"\x00"+string(rec.IdempotencyKey)]
+		c.db.idemMu.Unlock()
+	}
+	if !found {
+		var err error
+		if _, found, err = c.db.lookupIdem(c.s.id, rec.IdempotencyKey); err != nil {
+			return err
+		}
+	}
+	if found {
+		return refuse(errs.CodeConflict, "anchor %q arrives with idempotency key %q at seq %d, which the anchor already used", c.s.id, rec.IdempotencyKey, rec.Seq)
+	}
+	if c.seen == nil {
+		c.seen = make(map[[32]byte]struct{})
+	}
+	c.seen[h] = struct{}{}
+	return nil
+}
+
 // firstPrev returns the hash the arriving log's first record links to.
 func (s *sourceAnchor) firstPrev(db *DB) segment.Hash {
 	_, h, err := (&reconciler{db: db}).readHeader(s.segs[0].path)
@@ -258,10 +324,15 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	root := fs.PathJoin(from, segment.AnchorsDir)
 	var dirs []string
 	if only != nil {
+		named := make(map[string]bool, len(only))
 		for _, id := range only {
 			if err := segment.ValidateAnchorID(id); err != nil {
 				return nil, err
 			}
+			if named[id] {
+				continue // named twice: ingested once
+			}
+			named[id] = true
 			d := segment.AnchorDir(fs, from, id)
 			if _, err := fs.Stat(d); err != nil {
 				e := errs.New(errs.CodeDependencyMissing, "anchor %q is not in %s", id, from)

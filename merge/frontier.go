@@ -9,6 +9,8 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/jsonobj"
@@ -224,13 +226,20 @@ func (f *Frontier) UnmarshalJSON(b []byte) error {
 	bad := func(format string, args ...any) error {
 		return errs.New(errs.CodeInvalidInput, "malformed frontier JSON: "+format, args...)
 	}
+	// encoding/json reads bytes that are not UTF-8, and a lone surrogate
+	// escape ("\ud800"), as U+FFFD: the id would name another anchor.
+	if !utf8.Valid(b) {
+		return bad("not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	out := make(Frontier)
+	replacements := 0 // U+FFFD in the decoded ids
 	err := jsonobj.Fields(dec, func(a string) error {
 		if err := segment.ValidateAnchorID(a); err != nil {
 			return fmt.Errorf("malformed frontier JSON: %w", err)
 		}
+		replacements += strings.Count(a, "\uFFFD")
 		tok, err := dec.Token()
 		if err != nil {
 			return err
@@ -265,6 +274,36 @@ func (f *Frontier) UnmarshalJSON(b []byte) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return bad("data after the object")
 	}
+	// Every string of the object is an id (a seq is a number), so the ids
+	// hold exactly as many U+FFFD as the input spells, or one was made up.
+	if replacements > spelledReplacements(b) {
+		return bad("an anchor id holds a lone or unpaired UTF-16 surrogate escape, which is not a character")
+	}
 	*f = out
 	return nil
+}
+
+// spelledReplacements counts the U+FFFD that JSON text spells: the literal
+// character and the escapes \ufffd (any case), an escaped backslash being
+// skipped whole so that "\\ufffd" is not counted. (The importer's check of
+// its string fields, in cmd/anchordb, is the same.)
+func spelledReplacements(b []byte) int {
+	n := 0
+	for i := 0; i < len(b); {
+		if b[i] == '\\' && i+1 < len(b) {
+			if b[i+1] == 'u' && i+6 <= len(b) && strings.EqualFold(string(b[i+2:i+6]), "fffd") {
+				n++
+				i += 6
+			} else {
+				i += 2 // \\, \", \n, … and the first two bytes of other \uXXXX
+			}
+			continue
+		}
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 3 {
+			n++
+		}
+		i += size
+	}
+	return n
 }
