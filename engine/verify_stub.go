@@ -72,8 +72,7 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 	}
 	c.truncs = append(c.truncs, truncRange{lo: first, hi: st.LastSeq()})
 	for seq := first; seq <= st.LastSeq(); seq++ {
-		h := st.Hashes[seq-st.FirstSeq]
-		counter := c.lastCt + 1
+		h, counter := st.Hashes[seq-st.FirstSeq], st.Counters[seq-st.FirstSeq]
 		raw, ok := c.rows.take(seq)
 		switch {
 		case !ok:
@@ -86,16 +85,14 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 			case row.Segno != s.segno || row.Size != 0 || row.Hash != h:
 				c.report(errs.CodeIndexMismatch, seq, s.path, 0, "'s' row of truncated seq %d says segment %d size %d hash %s; the stub says segment %d, truncated, hash %s",
 					seq, row.Segno, row.Size, row.Hash, s.segno, h)
-			default:
-				counter = row.Counter
-				if counter <= c.lastCt && seq > 1 {
-					c.report(errs.CodeIndexMismatch, seq, s.path, 0, "truncated seq %d has counter %d, not above the previous record's %d", seq, counter, c.lastCt)
-				}
+			case row.Counter != counter:
+				// The stub is what is left of the log: its counters are
+				// the records' (ParseStub checked they increase).
+				c.report(errs.CodeIndexMismatch, seq, s.path, 0, "'s' row of truncated seq %d says counter %d; the stub says %d", seq, row.Counter, counter)
 			}
 		}
-		if seq == st.LastSeq() && counter != st.LastCounter {
-			c.report(errs.CodeIndexMismatch, seq, s.path, 0, "the stub's last record has counter %d; the index says %d", st.LastCounter, counter)
-			counter = st.LastCounter
+		if counter <= c.lastCt && seq > 1 {
+			c.report(errs.CodeChainBroken, seq, s.path, 0, "truncated seq %d has counter %d, not above the previous record's %d", seq, counter, c.lastCt)
 		}
 		c.leaf(seq, h, counter, 0)
 		c.lastCt = counter
