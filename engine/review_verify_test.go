@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -65,6 +66,142 @@ func TestReviewVerifyTruncatedCounter(t *testing.T) {
 	wantFinding(t, db, errs.CodeIndexMismatch, "a1", 5, "counter")
 	setRow(t, db, seqKey("a1", 5), good)
 	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// The idempotency keys of truncated records live on in their stub and in
+// 'i' rows (a key once used is never freed, SPEC §7). Verify checked such a
+// row only against the record's 's' row, never against the stub: a deleted
+// row (the key freed: a retry appends again), a row with another
+// fingerprint (a retry refused as a conflict) or a forged row naming a
+// truncated seq (a new append answered "duplicate" and dropped) all passed.
+func TestReviewVerifyTruncatedIdempotencyRows(t *testing.T) {
+	db := truncatedFixture(t)
+	k := idemKey("a1", []byte("op-10"))
+	v := getRow(t, db, k)
+	ie, err := decodeIdemEntry(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _, _ := db.seqEntry("a1", ie.Seq); e.Size != 0 {
+		t.Fatalf("the record of op-10 is not truncated: %+v", e)
+	}
+	t.Run("deleted", func(t *testing.T) {
+		setRow(t, db, k, nil)
+		defer setRow(t, db, k, v)
+		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
+	})
+	t.Run("other fingerprint", func(t *testing.T) {
+		bad := ie
+		bad.Fingerprint[0] ^= 1
+		setRow(t, db, k, bad.encode(nil))
+		defer setRow(t, db, k, v)
+		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
+	})
+	t.Run("forged key", func(t *testing.T) {
+		forged := idemKey("a1", []byte("never-used"))
+		setRow(t, db, forged, v)
+		defer setRow(t, db, forged, nil)
+		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
+	})
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// A stub keeps the last version of each key its segment wrote, and the
+// index keeps it in a 'k' row and an 'r' row, so the state at the cut
+// stays (a delete there must stay a delete). Verify checked those rows only
+// when they were there: deleting the 'k' row, or both, passed.
+func TestReviewVerifyKeptVersionRows(t *testing.T) {
+	db := truncatedFixture(t)
+	it, err := db.index.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k, v []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if it.Key()[0] == tagKey && versionKind(it.Value()) == versionRetained {
+			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
+			break
+		}
+	}
+	_ = it.Close()
+	if k == nil {
+		t.Fatal("no kept version of a truncated record")
+	}
+	ve, _ := decodeVersionEntry(v)
+	_, _, anchor, _ := parseVersionKey(k)
+	rk := retainedKey(anchor, ve.Seq)
+	rv := getRow(t, db, rk)
+	t.Run("k row deleted", func(t *testing.T) {
+		setRow(t, db, k, nil)
+		defer setRow(t, db, k, v)
+		wantFinding(t, db, errs.CodeIndexMismatch, anchor, ve.Seq, "'k' row")
+	})
+	t.Run("k and r rows deleted", func(t *testing.T) {
+		setRow(t, db, k, nil)
+		setRow(t, db, rk, nil)
+		defer setRow(t, db, k, v)
+		defer setRow(t, db, rk, rv)
+		wantFinding(t, db, errs.CodeIndexMismatch, anchor, ve.Seq, "'r' row")
+	})
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// The same rows are checked by an incremental verify that starts inside a
+// stub, for the records after its trusted size.
+func TestReviewVerifyKeptVersionRowsFromCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	db, cp, vkey := truncatedUnderCheckpoint(t, vfs.NewMem())
+	defer func() { _ = db.Close() }()
+	opts := VerifyOptions{From: cp, VerifierKeys: []string{vkey, coverVKey(t)}}
+	if rep, err := db.Verify(ctx, opts); err != nil || !rep.OK {
+		t.Fatalf("sound: %+v %v", rep, err)
+	}
+	it, err := db.index.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k, v []byte
+	var anchor string
+	var ve versionEntry
+	for ok := it.First(); ok; ok = it.Next() {
+		if it.Key()[0] != tagKey || versionKind(it.Value()) != versionRetained {
+			continue
+		}
+		ve, _ = decodeVersionEntry(it.Value())
+		_, _, anchor, _ = parseVersionKey(it.Key())
+		if e, ok := cp.Entry(anchor); ok && ve.Seq > e.Size {
+			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
+			break
+		}
+	}
+	_ = it.Close()
+	if k == nil {
+		t.Fatal("no kept version of a truncated record after the checkpoint")
+	}
+	rk := retainedKey(anchor, ve.Seq)
+	rv := getRow(t, db, rk)
+	setRow(t, db, k, nil)
+	setRow(t, db, rk, nil)
+	rep, err := db.Verify(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Failures {
+		found = found || f.Code == errs.CodeIndexMismatch && f.Anchor == anchor && f.Seq == ve.Seq
+	}
+	if !found {
+		t.Fatalf("kept version rows of %s seq %d deleted: want INT_004, got %+v", anchor, ve.Seq, rep.Failures)
+	}
+	setRow(t, db, k, v)
+	setRow(t, db, rk, rv)
+	if rep, err := db.Verify(ctx, opts); err != nil || !rep.OK {
 		t.Fatalf("repaired: %+v %v", rep, err)
 	}
 }
