@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -203,5 +206,53 @@ func TestReviewVerifyKeptVersionRowsFromCheckpoint(t *testing.T) {
 	setRow(t, db, rk, rv)
 	if rep, err := db.Verify(ctx, opts); err != nil || !rep.OK {
 		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// listHookFS calls onList before listing a directory.
+type listHookFS struct {
+	vfs.FS
+	onList func(dir string)
+}
+
+func (h *listHookFS) List(dir string) ([]string, error) {
+	if h.onList != nil {
+		h.onList(dir)
+	}
+	return h.FS.List(dir)
+}
+
+// Verify works on a live database. It read the stored checkpoints after
+// its index snapshot, so a checkpoint signed in between — of records the
+// snapshot does not hold — read as one that lists more records than the
+// database has: a false INT_002 on a sound database.
+func TestReviewVerifyCheckpointSignedDuringVerify(t *testing.T) {
+	ctx := context.Background()
+	hfs := &listHookFS{FS: vfs.NewMem()}
+	db := mustOpen(t, hfs, Options{FS: hfs, SegmentSize: 4096})
+	defer func() { _ = db.Close() }()
+	skey, _, _ := proof.GenerateKeys("k")
+	appendN(t, db, []string{"a", "b"}, 20, "x")
+	var armed atomic.Bool
+	hfs.onList = func(dir string) {
+		// Verify lists the checkpoints once; sign one with more records
+		// just before.
+		if strings.HasSuffix(dir, CheckpointsDir) && armed.CompareAndSwap(true, false) {
+			appendN(t, db, []string{"a", "b"}, 4, "y")
+			if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	armed.Store(true)
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if armed.Load() {
+		t.Fatal("verify listed no checkpoints")
+	}
+	if err != nil || !rep.OK {
+		t.Fatalf("a checkpoint signed during verify: %+v %v", rep, err)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK || rep.Records != 24 {
+		t.Fatalf("after: %+v %v", rep, err)
 	}
 }

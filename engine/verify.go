@@ -213,6 +213,14 @@ func (v *verifier) halted() bool { return v.ctx.Err() != nil }
 // snapshot every later read uses.
 func (v *verifier) prepare() error {
 	db := v.db
+	// NB: the stored checkpoints first: each was signed from views taken
+	// before it was stored, so before ours, and the snapshot below holds
+	// every record it lists. One stored after the snapshot could list
+	// records the snapshot does not hold.
+	var err error
+	if v.stored, err = db.Checkpoints(v.ctx); err != nil {
+		return err
+	}
 	ids, err := db.anchorIDs()
 	if err != nil {
 		return err
@@ -266,9 +274,6 @@ func (v *verifier) prepare() error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "read anchors")
 	}
 	if v.histFrom, err = loadHistoryFrom(v.snap); err != nil {
-		return err
-	}
-	if v.stored, err = db.Checkpoints(v.ctx); err != nil {
 		return err
 	}
 	v.planCheckpointRoots()
