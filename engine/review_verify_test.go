@@ -256,3 +256,42 @@ func TestReviewVerifyCheckpointSignedDuringVerify(t *testing.T) {
 		t.Fatalf("after: %+v %v", rep, err)
 	}
 }
+
+// Index rows of an anchor the index does not know (no 'a' row, no
+// segments) are not a projection of any log. Verify reported such 'k' rows
+// but looked at no other table, so a forged 'i' row for an anchor not yet
+// written passed — and its first append with that idempotency key was then
+// refused as a conflict, or answered "duplicate" and dropped — as did
+// 's', 'n' and 'r' rows of such an anchor (INT_004 missed).
+func TestReviewVerifyRowsOfUnknownAnchor(t *testing.T) {
+	ctx := context.Background()
+	db, _ := verifyFixture(t)
+	rows := map[string][2][]byte{
+		"'i'": {idemKey("ghost-i", []byte("op")), (&idemEntry{Seq: 1, Counter: 5}).encode(nil)},
+		"'s'": {seqKey("ghost-s", 1), (&seqEntry{Segno: 1, Offset: 100, Size: 50, Counter: 3}).encode(nil)},
+		"'n'": {nodeKey("ghost-n", 8, 0), make([]byte, segment.HashSize)},
+		"'r'": {retainedKey("ghost-r", 1), []byte("frame")},
+	}
+	for name, kv := range rows {
+		t.Run(name, func(t *testing.T) {
+			setRow(t, db, kv[0], kv[1])
+			defer setRow(t, db, kv[0], nil)
+			rep, err := db.Verify(ctx, VerifyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			anchor := "ghost-" + name[1:2]
+			for _, f := range rep.Failures {
+				if f.Code == errs.CodeIndexMismatch && f.Anchor == anchor {
+					return
+				}
+			}
+			t.Fatalf("%s row of unknown anchor %q: want INT_004, got %+v", name, anchor, rep.Failures)
+		})
+	}
+	// A verify restricted to some anchors does not look for them.
+	setRow(t, db, rows["'i'"][0], rows["'i'"][1])
+	if rep, err := db.Verify(ctx, VerifyOptions{Anchors: []string{"a1"}}); err != nil || !rep.OK {
+		t.Fatalf("restricted: %+v %v", rep, err)
+	}
+}
