@@ -59,6 +59,9 @@ var checkpointMu sync.Mutex
 // makes) and keeps it in the database. It returns the signed note and its
 // parsed body.
 //
+// It signs only durable records: appends made with NoSync that it lists
+// are made durable first (Sync), so a failed database signs nothing.
+//
 // Before storing it, it checks that the new checkpoint extends the latest
 // stored one: a contradiction — an anchor missing or shrunk, a root that
 // changed at the same size, a tree that is not an extension of the old one,
@@ -102,6 +105,14 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 			continue
 		}
 		entries = append(entries, proof.Entry{Anchor: id, Size: v.head.head, Root: v.root()})
+	}
+	// The views may hold NoSync appends, which a power loss can still take
+	// away; a checkpoint kept (and published) over them would then list
+	// records the database no longer has, and it could never sign another.
+	// Sync makes every append the views hold durable before anything is
+	// signed.
+	if err := db.Sync(); err != nil {
+		return nil, nil, err
 	}
 	// NB: after the views, so the snapshot holds every tree they name.
 	snap := db.index.NewSnapshot()

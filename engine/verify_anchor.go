@@ -40,9 +40,10 @@ type anchorCheck struct {
 	nodes      []storedNode
 	kExpect    rowDigest
 	iExpect    rowDigest
-	exactRows  bool            // 'k' and 'i' rows are checked one by one
-	unreadable map[uint64]bool // seqs whose frames could not be read
-	truncs     []truncRange    // seqs only a stub holds (compaction removed them)
+	exactRows  bool                   // 'k' and 'i' rows are checked one by one
+	unreadable map[uint64]bool        // seqs whose frames could not be read
+	truncs     []truncRange           // seqs only a stub holds (compaction removed them)
+	stubIdem   map[string]expectedRow // 'i' rows the stubs imply, by key
 	findings   int
 
 	rows   seqCursor

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -371,7 +372,16 @@ func checkKeys(data []byte, t reflect.Type) error {
 			return errs.New(errs.CodeInvalidInput, "unknown field %q (field names are exact and lower case)", key)
 		}
 		var raw json.RawMessage
-		return dec.Decode(&raw)
+		if err := dec.Decode(&raw); err != nil {
+			return err
+		}
+		// NB: encoding/json leaves a null element of a []segment.Hash as
+		// the zero hash; a null field is caught as missing by the caller.
+		var elems []json.RawMessage
+		if json.Unmarshal(raw, &elems) == nil && slices.ContainsFunc(elems, func(e json.RawMessage) bool { return string(e) == "null" }) {
+			return errs.New(errs.CodeInvalidInput, "field %q holds a null", key)
+		}
+		return nil
 	})
 	var notObject *jsonobj.NotObjectError
 	var dup *jsonobj.DuplicateKeyError
