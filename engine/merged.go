@@ -240,13 +240,18 @@ func (db *DB) MergedRoot(ctx context.Context, f merge.Frontier) (segment.Hash, u
 
 // GetAt returns the value of key in the state at frontier f: the last put or
 // delete of it in merged order among the records f contains. A key with no
-// such version, or deleted, returns ErrNotFound. A frontier naming a seq past
-// an anchor's head, or inside its truncated log, is STATE_003.
+// such version, or deleted, returns ErrNotFound. A frontier naming an anchor
+// the database does not hold, a seq past an anchor's head, or one inside its
+// truncated log, is STATE_003.
 func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version, error) {
 	if err := db.awaitVisible(ctx); err != nil {
 		return Version{}, err
 	}
-	if err := f.Validate(); err != nil {
+	// A frontier naming an anchor we hold nothing of, or a seq past an
+	// anchor's head, names records that do not exist here (yet): the answer
+	// would change with the next append or ingest (SPEC §8 STATE_003, as in
+	// Merged).
+	if err := db.checkFrontier(f); err != nil {
 		return Version{}, err
 	}
 	// Compaction keeps, of the segments it removes, each key's newest version
@@ -256,16 +261,6 @@ func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version,
 	db.truncating.RLock()
 	defer db.truncating.RUnlock()
 	for _, id := range f.Anchors() {
-		// A seq past the anchor's head names records that do not exist yet:
-		// the answer would change with the next append (STATE_003, as in
-		// Merged). NB: an anchor we hold nothing of still reads as empty.
-		if info, ok, err := db.anchorInfo(id); err != nil {
-			return Version{}, err
-		} else if ok && info.Records < f[id] {
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %d records", f[id], id, info.Records)
-			e.Anchor, e.Seq = id, f[id]
-			return Version{}, e
-		}
 		first, err := db.cutOf(id)
 		if err != nil {
 			return Version{}, err
