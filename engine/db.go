@@ -64,8 +64,12 @@ type DB struct {
 
 	commit  committer
 	applier applier
-	vis     visibility
-	journal *journal.Writer
+	// ingestMu runs one Ingest at a time; ingesting holds the anchors it is
+	// joining, to which the leader refuses local appends (ingest.go).
+	ingestMu  sync.Mutex
+	ingesting atomic.Pointer[map[string]bool]
+	vis       visibility
+	journal   *journal.Writer
 	// flushJournal is the journal as seen by the index's flush hook, which
 	// runs on Pebble's goroutines.
 	flushJournal atomic.Pointer[journal.Writer]

@@ -311,6 +311,11 @@ func (g *group) prepareVerbatimRequest(r *request) {
 
 func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 	db := g.db
+	if held := db.ingesting.Load(); held != nil && (*held)[e.Anchor] {
+		err := errs.New(errs.CodeScopeLocked, "anchor %q is being ingested: its log is arriving from another database; append to it once the ingest ends", e.Anchor)
+		err.Anchor = e.Anchor
+		return Receipt{}, err
+	}
 	a, err := db.getAnchor(e.Anchor, true)
 	if err != nil {
 		return Receipt{}, err

@@ -81,19 +81,21 @@ type sourceAnchor struct {
 // a source that was not closed cleanly must be opened and closed once first,
 // so that its segments hold everything it acknowledged.
 //
-// Anchors are joined one after another, in batches. When an error (or the
-// end of ctx) stops the joining, the records appended stay, and the
-// returned report counts them, the stopped anchor included.
+// Every arriving log is verified, and checked against ours, before anything
+// is joined; a log that is refused (a fork, a forgery) joins nothing. While
+// an ingest runs, local appends to the anchors it joins are refused with
+// STATE_001 (ErrScopeLocked), so the heads it checked are the heads it
+// extends; other anchors take appends as usual, and ingests run one at a
+// time. Anchors are then joined one after another, in batches. When an I/O
+// error (or the end of ctx) stops the joining, the records appended stay,
+// and the returned report counts them, the stopped anchor included.
 func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (IngestReport, error) {
 	rep := IngestReport{From: from}
 	if err := db.writable(); err != nil {
 		return rep, err
 	}
-	// Our heads decide what continues them: every append acknowledged so far
-	// must be in them.
-	if err := db.awaitVisible(ctx); err != nil {
-		return rep, err
-	}
+	db.ingestMu.Lock()
+	defer db.ingestMu.Unlock()
 	// Only another database is a source: checked before its lock, so a
 	// mistyped path gets no LOCK file of ours.
 	if _, err := db.fs.Stat(db.fs.PathJoin(from, IDFile)); err != nil {
@@ -109,6 +111,21 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	defer lock.Close()
 	srcs, err := db.findSourceAnchors(from, opts.Anchors)
 	if err != nil {
+		return rep, err
+	}
+	// Pass 1 checks each arriving log against our head, and pass 2 joins
+	// it: a local append in between would move the head, and pass 2 would
+	// refuse the anchor as a fork after others were joined. Local appends
+	// to these anchors are refused (STATE_001) until the ingest ends, and
+	// the barrier lets every group built before that rule applied be
+	// applied first, so our heads, read next, hold every one of them.
+	held := make(map[string]bool, len(srcs))
+	for _, s := range srcs {
+		held[s.id] = true
+	}
+	db.ingesting.Store(&held)
+	defer db.ingesting.Store(nil)
+	if err := db.commitBarrier(ctx); err != nil {
 		return rep, err
 	}
 	// Pass 1: verify every arriving log completely, and decide, before
@@ -471,6 +488,27 @@ func sourceDamage(s *sourceAnchor, path string, err error) error {
 		return e
 	}
 	return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+}
+
+// commitBarrier returns once every commit group built before it is applied
+// and visible: it sends an empty request through group commit, which the
+// leader builds after every request queued ahead of it, and waits for it to
+// be visible. What the caller stored before calling it is seen by every
+// group built after.
+func (db *DB) commitBarrier(ctx context.Context) error {
+	var c cost // nothing to append: it only holds Close off, as duplicates do
+	if err := db.adm.acquire(ctx, &c, false); err != nil {
+		return err
+	}
+	defer db.adm.release(&c)
+	req := newRequest()
+	db.submit(req)
+	err := req.err
+	freeRequest(req)
+	if err != nil {
+		return err
+	}
+	return db.awaitVisible(ctx)
 }
 
 // appendVerbatim appends records written elsewhere, as they are, atomically.
