@@ -252,7 +252,7 @@ func (v *verifier) compareHistory() error {
 		return false
 	}
 	xok, yok := xi.First(), below(yi.First())
-	var group []byte
+	var group, kbuf, abuf []byte
 	stateSeen, uncertain := false, false
 	n := 0
 	for xok || yok {
@@ -288,12 +288,13 @@ func (v *verifier) compareHistory() error {
 			xok = xi.Next()
 			continue
 		}
-		key, counter, id, err := parseVersionKey(k)
-		if err != nil {
+		var counter uint64
+		var err error
+		if kbuf, abuf, counter, err = appendVersionKeyParts(kbuf[:0], abuf[:0], k); err != nil {
 			yok = below(yi.Next())
 			continue
 		}
-		c := v.byID[id]
+		key, c := kbuf, v.byID[string(abuf)]
 		switch {
 		case cmp < 0:
 			typ, seq, truncated := decodeHistValue(xi.Value())
