@@ -31,8 +31,10 @@ import (
 //	  no others); the 'k' and 'i' rows the records imply (and no others);
 //	  the Merkle tree recomputed from the chain against the 'n' rows and
 //	  against the in-memory compact range; the visible head and the 'a' row.
-//	then: stored checkpoints against the recomputed trees and one another,
-//	segment directories the index does not know, and snapshots (a hook).
+//	then: the 'k' rows below a rebuild from a snapshot's frontier against
+//	the state there (verify_histfrom.go), stored checkpoints against the
+//	recomputed trees and one another, segment directories the index does
+//	not know, and snapshots (a hook).
 //
 // Anchors are checked in parallel (Threads); one anchor is one sequential
 // pass. The index is read from one Pebble snapshot, taken after the heads
@@ -175,6 +177,7 @@ type verifier struct {
 	retained []retainedRow         // 'k' rows kept for truncated records
 	deferred []retainedRow         // 'k' rows a rebuild from a snapshot wrote
 	histFrom map[string]uint64     // per anchor: history up to here came from a snapshot
+	hist     *histCheck            // the state at histFrom, when this run checks it
 
 	mu       sync.Mutex
 	findings []Finding
@@ -277,6 +280,9 @@ func (v *verifier) prepare() error {
 	if v.histFrom, err = loadHistoryFrom(v.snap); err != nil {
 		return err
 	}
+	if err := v.openHistCheck(); err != nil {
+		return err
+	}
 	v.planCheckpointRoots()
 	if v.opts.Progress != nil {
 		for _, c := range v.jobs {
@@ -317,6 +323,10 @@ func (v *verifier) planCheckpointRoots() {
 }
 
 func (v *verifier) close() {
+	if v.hist != nil {
+		v.hist.close(v)
+		v.hist = nil
+	}
 	if v.snap != nil {
 		_ = v.snap.Close()
 		v.snap = nil
@@ -359,6 +369,9 @@ func (v *verifier) run() error {
 	}
 	if !v.halted() {
 		v.guard(v.checkDeferred)
+	}
+	if !v.halted() {
+		v.guard(v.checkHistoryFrom)
 	}
 	if !v.halted() && !v.restricted {
 		v.guard(v.unknownDirectories)

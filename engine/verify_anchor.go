@@ -63,6 +63,8 @@ type anchorCheck struct {
 	resumeOff int64  // and the offset just past it in a segment
 	complete  bool   // the pass reached the end
 	batch     *pebble.Batch
+	hb        *pebble.Batch // into the history check's store (verify_histfrom.go)
+	histSeen  uint64        // seqs inside the history frontier read (records and stub seqs)
 	scratch   []byte
 	dbuf      []byte // scratch of the row digests
 }
@@ -150,6 +152,10 @@ func (c *anchorCheck) check() error {
 	defer func() {
 		if c.batch != nil {
 			_ = c.batch.Close()
+		}
+		if c.hb != nil {
+			c.flushHist(true)
+			_ = c.hb.Close()
 		}
 	}()
 	if c.a != nil {
@@ -519,6 +525,7 @@ func (c *anchorCheck) record(fr *segment.Frame) error {
 		c.report(errs.CodeChainBroken, rec.Seq, c.seg.path, fr.Offset, "counter %d is not above the previous record's %d", rec.Counter, c.lastCt)
 	}
 	c.lastCt = rec.Counter
+	c.noteHistRecord(rec, false)
 	if err := c.expectRows(rec, fr.Offset, fr.Size); err != nil {
 		return err
 	}

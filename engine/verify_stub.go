@@ -79,6 +79,9 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 		c.next, c.prev = st.FirstSeq, st.PrevHash
 	}
 	c.truncs = append(c.truncs, truncRange{lo: first, hi: st.LastSeq()})
+	if first == st.FirstSeq {
+		c.noteHistStub(&st)
+	}
 	if err := c.expectStubRows(&st, s.path, first); err != nil {
 		return err
 	}
