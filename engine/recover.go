@@ -309,8 +309,7 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 		if err := db.writeWholeFile(path, want); err != nil {
 			return err
 		}
-		fan := db.fs.PathDir(a.dir)
-		db.markDirty(path, a.dir, fan, db.fs.PathDir(fan), db.fs.PathDir(db.fs.PathDir(fan)))
+		db.markDirty(path, db.segmentDirs(a)...)
 		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: 0, Bytes: int64(len(want)), Records: uint64(len(rows))})
 		return nil
 	}
@@ -355,7 +354,21 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 			return err
 		}
 	}
+	// Bytes found intact are not necessarily durable: after a process kill
+	// they may be in the page cache only, the file's directory entry (and
+	// its anchor's, for a new anchor) too. The journal that holds them is
+	// dropped once recovery settles, so the settle must fsync them.
+	db.markDirty(path, db.segmentDirs(a)...)
 	return nil
+}
+
+// segmentDirs are the directories whose entries lead to the anchor's
+// segments: its own directory, the fan-out directory, anchors/ and the
+// database root.
+func (db *DB) segmentDirs(a *anchor) []string {
+	fan := db.fs.PathDir(a.dir)
+	anchors := db.fs.PathDir(fan)
+	return []string{a.dir, fan, anchors, db.fs.PathDir(anchors)}
 }
 
 // errJournalHole: the journal's records of an anchor do not start where its
@@ -445,7 +458,13 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 		return e
 	}
 	last := segment.Record{Seq: lastSeq, Hash: lastHash}
-	return db.restoreSealAfter(a, f, path, sc.Offset(), last)
+	if err := db.restoreSealAfter(a, f, path, sc.Offset(), last); err != nil {
+		return err
+	}
+	// A seal found intact may not have reached the disk: a kill before its
+	// fsync leaves it in the page cache (see replaySegment).
+	db.markDirty(path, db.segmentDirs(a)...)
+	return nil
 }
 
 // segmentHole decides what a previous segment that is missing or has no
