@@ -25,15 +25,17 @@ type reconciler struct {
 	// truncated records, per anchor, the last seq adopted from stubs: the
 	// state below it must come from a snapshot.
 	truncated map[string]uint64
-	// fromNothing: the index is being rebuilt, so no row vouches for any
-	// record and settled records are scanned like an unsettled tail.
+	// fromNothing: the index is being rebuilt, or is an older copy
+	// (stale_index), so no row vouches for the settled records past its
+	// end, which are scanned like an unsettled tail.
 	fromNothing bool
 }
 
 // reconcileAll walks every anchor directory on disk and brings the index and
 // the segments into agreement.
 //
-// fromNothing says the index started empty (a rebuild): see scanSegment.
+// fromNothing says the index started empty (a rebuild) or ends before what
+// was settled (an older copy restored): see scanSegment.
 func (db *DB) reconcileAll(fromNothing bool) error {
 	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64), fromNothing: fromNothing}
 	defer func() { _ = rc.batch.Close() }()
@@ -547,11 +549,11 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 			// With an index, every record past its end is unsettled (a
 			// settle flushes the index), and every one that was acknowledged
 			// durably has just been restored from the journal: what still
-			// fails there is a torn tail. A rebuild has no such line: the
-			// records before a failing frame may be long settled, so the
-			// failure is only a tail when no whole record follows it;
-			// otherwise it is damage in the middle of the log, which is
-			// reported and never cut (SPEC §3).
+			// fails there is a torn tail. A rebuild, or an older copy of
+			// the index, has no such line: the records before a failing
+			// frame may be long settled, so the failure is only a tail when
+			// no whole record follows it; otherwise it is damage in the
+			// middle of the log, which is reported and never cut (SPEC §3).
 			if rc.fromNothing && fe.Kind != segment.Torn {
 				if sc.WholeRecordAfter() {
 					db.markDamaged(a, fe.AsError(a.id, s.path))

@@ -132,12 +132,15 @@ func (db *DB) event(ev RecoveryEvent) {
 	db.recoveryMu.Unlock()
 }
 
-// recover runs the three steps of recovery.
-func (db *DB) recover() error {
+// recover runs the three steps of recovery. stale says the index is an
+// older copy (stale_index): records past its end may have been settled
+// long ago, their journal dropped, so reconciliation treats what it finds
+// there as a rebuild does (see scanSegment).
+func (db *DB) recover(stale bool) error {
 	if err := db.replayJournal(); err != nil {
 		return err
 	}
-	if err := db.reconcileAll(false); err != nil {
+	if err := db.reconcileAll(stale); err != nil {
 		return err
 	}
 	return db.settleAll()

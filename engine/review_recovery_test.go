@@ -272,3 +272,83 @@ func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 		t.Errorf("verify: %v %+v", err, rep.Failures)
 	}
 }
+
+// An index restored from an older copy (stale_index) vouches for less than
+// was settled: the records past its end were acknowledged, settled into
+// their segment, and their journal dropped long ago. A frame damaged there
+// (a bit flip) with whole records after it is damage in the middle of the
+// log, as it is for a rebuild; recovery cut it and every record after it
+// as a torn tail, losing acknowledged records (SPEC §3: damage anywhere but
+// a torn tail is never repaired; it is reported and the anchor read-only).
+func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	opts := Options{FS: mem, SegmentSize: 1 << 20}
+	db := mustOpen(t, mem, opts)
+	var acked []Receipt
+	put := func(n int) {
+		for i := 0; i < n; i++ {
+			r, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte(fmt.Sprint("k", len(acked))), Value: bytes.Repeat([]byte{'v'}, 50)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked = append(acked, r)
+		}
+	}
+	put(3)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	old := vfs.NewMem()
+	copyTree(t, mem, "db/"+IndexDir, old, "index")
+	db = mustOpen(t, mem, opts)
+	put(7)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The older index comes back, and a bit of record 5's value flips.
+	if err := mem.RemoveAll("db/" + IndexDir); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, old, "index", mem, "db/"+IndexDir)
+	segs := segmentFiles(t, mem, "db", "a")
+	seg := segs[len(segs)-1]
+	_, offs, _ := frames(t, mem, seg)
+	data, err := readMemFile(mem, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[offs[4]+40] ^= 1
+	writeMemFile(mem, seg, data)
+
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer db.Close()
+	rep := db.RecoveryReport()
+	damaged := false
+	for _, ev := range rep.Events {
+		if ev.Kind == EventCut {
+			t.Errorf("settled records after a damaged frame were cut: %v", ev)
+		}
+		damaged = damaged || ev.Kind == EventDamaged
+	}
+	if !damaged {
+		t.Errorf("the damaged frame was not reported: %v", rep.Events)
+	}
+	if _, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("x"), Value: []byte("y")}); err == nil {
+		t.Errorf("an append to the damaged anchor was accepted")
+	}
+	after, err := readMemFile(mem, seg)
+	if err != nil || !bytes.Equal(after, data) {
+		t.Errorf("the damaged segment was rewritten (%d bytes, was %d): %v", len(after), len(data), err)
+	}
+	// What the old index vouched for, and the whole record after it, is
+	// still served.
+	for _, r := range acked[:4] {
+		if rec, err := db.Record(ctx, r.Anchor, r.Seq); err != nil || rec.Hash != r.Hash {
+			t.Errorf("seq %d: %v", r.Seq, err)
+		}
+	}
+}
