@@ -352,3 +352,50 @@ func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
 		}
 	}
 }
+
+// An anchor whose only segment has lost its header (it is shorter than
+// one) while the index has settled records in it is damaged, and its files
+// stay as they are for an operator (docs/RELIABILITY.md: nothing of a
+// damaged anchor is rewritten or removed). Reconciliation took the
+// headerless file for a torn creation and removed it before it knew the
+// anchor, then reported the anchor's segments missing.
+func TestHeaderlessOnlySegmentOfIndexedAnchorIsKept(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	opts := Options{FS: mem}
+	db := mustOpen(t, mem, opts)
+	for i := 0; i < 3; i++ {
+		if _, err := db.Append(ctx, Entry{Anchor: "h", Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	killDB(t, db) // unclean: the next Open reconciles
+	seg := segmentFiles(t, mem, "db", "h")[0]
+	data, err := readMemFile(mem, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeMemFile(mem, seg, data[:10])
+
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer db.Close()
+	damaged := false
+	for _, ev := range db.RecoveryReport().Events {
+		if ev.Kind == EventRemoved {
+			t.Errorf("the segment of an anchor the index has records in was removed: %v", ev)
+		}
+		damaged = damaged || (ev.Kind == EventDamaged && ev.Anchor == "h")
+	}
+	if !damaged {
+		t.Errorf("the anchor is not reported damaged: %v", db.RecoveryReport().Events)
+	}
+	if got, err := readMemFile(mem, seg); err != nil || !bytes.Equal(got, data[:10]) {
+		t.Errorf("the damaged anchor's segment changed: %q %v", got, err)
+	}
+}
