@@ -358,10 +358,15 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 		}
 	}
 	// Bytes found intact are not necessarily durable: after a process kill
-	// they may be in the page cache only, the file's directory entry (and
-	// its anchor's, for a new anchor) too. The journal that holds them is
-	// dropped once recovery settles, so the settle must fsync them.
-	db.markDirty(path, db.segmentDirs(a)...)
+	// they may be in the page cache only, and so may the directory entry
+	// of a segment created since the last settle (and its anchor's, for a
+	// new anchor). The journal that holds them is dropped once recovery
+	// settles, so the settle must fsync them.
+	if base == 0 {
+		db.markDirty(path, db.segmentDirs(a)...)
+	} else {
+		db.markDirty(path)
+	}
 	return nil
 }
 
@@ -465,8 +470,9 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 		return err
 	}
 	// A seal found intact may not have reached the disk: a kill before its
-	// fsync leaves it in the page cache (see replaySegment).
-	db.markDirty(path, db.segmentDirs(a)...)
+	// fsync leaves it in the page cache (see replaySegment). The segment
+	// itself is older than the settle point, its directory entry settled.
+	db.markDirty(path)
 	return nil
 }
 
