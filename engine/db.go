@@ -312,13 +312,13 @@ func (db *DB) open() error {
 		return err
 	}
 	db.clock.Store(clock)
+	stale := false
 	if clean == 1 && !fresh {
 		// A clean index must be the one the last session closed: its settle
 		// point names the newest journal file. An older copy of the index
 		// (restored from a backup, say) also says clean, and would hide
 		// everything written since; recover instead.
-		stale, err := db.indexIsStale()
-		if err != nil {
+		if stale, err = db.indexIsStale(); err != nil {
 			return err
 		}
 		if stale {
@@ -329,7 +329,7 @@ func (db *DB) open() error {
 	}
 	db.recovery.Clean = clean == 1
 	if clean != 1 {
-		if err := db.recover(); err != nil {
+		if err := db.recover(stale); err != nil {
 			return err
 		}
 	}

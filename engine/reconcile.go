@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -25,17 +26,25 @@ type reconciler struct {
 	// truncated records, per anchor, the last seq adopted from stubs: the
 	// state below it must come from a snapshot.
 	truncated map[string]uint64
-	// fromNothing: the index is being rebuilt, so no row vouches for any
-	// record and settled records are scanned like an unsettled tail.
+	// headerless holds, by anchor path id, directories whose every segment
+	// is too short for its header: no header names their anchor, so they
+	// are removed only after missingAnchors has seen whether the index has
+	// records of an anchor there (then it is damaged, its files kept).
+	headerless map[string][]tornSegment
+	// fromNothing: the index is being rebuilt, or is an older copy
+	// (stale_index), so no row vouches for the settled records past its
+	// end, which are scanned like an unsettled tail.
 	fromNothing bool
 }
 
 // reconcileAll walks every anchor directory on disk and brings the index and
 // the segments into agreement.
 //
-// fromNothing says the index started empty (a rebuild): see scanSegment.
+// fromNothing says the index started empty (a rebuild) or ends before what
+// was settled (an older copy restored): see scanSegment.
 func (db *DB) reconcileAll(fromNothing bool) error {
-	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64), fromNothing: fromNothing}
+	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64),
+		headerless: make(map[string][]tornSegment), fromNothing: fromNothing}
 	defer func() { _ = rc.batch.Close() }()
 	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
 	fans, err := db.fs.List(root)
@@ -67,6 +76,12 @@ func (db *DB) reconcileAll(fromNothing bool) error {
 	}
 	if err := rc.missingAnchors(); err != nil {
 		return err
+	}
+	for _, pathID := range slices.Sorted(maps.Keys(rc.headerless)) {
+		dir := db.fs.PathJoin(root, pathID[:2], pathID[2:])
+		if err := rc.removeTorn(dir, pathID, rc.headerless[pathID]); err != nil {
+			return err
+		}
 	}
 	if err := rc.flush(true); err != nil {
 		return err
@@ -155,9 +170,11 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		segs = segs[:len(segs)-1]
 	}
 	if len(segs) == 0 {
-		// No record anywhere in the directory: there is no anchor to be
-		// damaged.
-		return rc.removeTorn(dir, pathID, torn)
+		// No record anywhere in the directory, and no header to name its
+		// anchor: removed after missingAnchors, unless the index has
+		// records of an anchor here.
+		rc.headerless[pathID] = torn
+		return nil
 	}
 	// Name the anchor from the first segment whose header reads.
 	var id string
@@ -547,11 +564,11 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 			// With an index, every record past its end is unsettled (a
 			// settle flushes the index), and every one that was acknowledged
 			// durably has just been restored from the journal: what still
-			// fails there is a torn tail. A rebuild has no such line: the
-			// records before a failing frame may be long settled, so the
-			// failure is only a tail when no whole record follows it;
-			// otherwise it is damage in the middle of the log, which is
-			// reported and never cut (SPEC §3).
+			// fails there is a torn tail. A rebuild, or an older copy of
+			// the index, has no such line: the records before a failing
+			// frame may be long settled, so the failure is only a tail when
+			// no whole record follows it; otherwise it is damage in the
+			// middle of the log, which is reported and never cut (SPEC §3).
 			if rc.fromNothing && fe.Kind != segment.Torn {
 				if sc.WholeRecordAfter() {
 					db.markDamaged(a, fe.AsError(a.id, s.path))
@@ -684,7 +701,15 @@ func (rc *reconciler) missingAnchors() error {
 		if st := a.snapshot(); st.head > 0 && a.damaged() == nil {
 			e := errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) are missing", id, st.head)
 			e.File = a.dir
+			if torn := rc.headerless[segment.AnchorPathID(id)]; len(torn) > 0 {
+				e = errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) have no whole header", id, st.head)
+				e.File = torn[len(torn)-1].path
+			}
 			db.markDamaged(a, e)
+		}
+		if a.damaged() != nil {
+			// Its files stay as they are for an operator.
+			delete(rc.headerless, segment.AnchorPathID(id))
 		}
 	}
 	return nil

@@ -132,12 +132,15 @@ func (db *DB) event(ev RecoveryEvent) {
 	db.recoveryMu.Unlock()
 }
 
-// recover runs the three steps of recovery.
-func (db *DB) recover() error {
+// recover runs the three steps of recovery. stale says the index is an
+// older copy (stale_index): records past its end may have been settled
+// long ago, their journal dropped, so reconciliation treats what it finds
+// there as a rebuild does (see scanSegment).
+func (db *DB) recover(stale bool) error {
 	if err := db.replayJournal(); err != nil {
 		return err
 	}
-	if err := db.reconcileAll(false); err != nil {
+	if err := db.reconcileAll(stale); err != nil {
 		return err
 	}
 	return db.settleAll()
@@ -309,8 +312,7 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 		if err := db.writeWholeFile(path, want); err != nil {
 			return err
 		}
-		fan := db.fs.PathDir(a.dir)
-		db.markDirty(path, a.dir, fan, db.fs.PathDir(fan), db.fs.PathDir(db.fs.PathDir(fan)))
+		db.markDirty(path, db.segmentDirs(a)...)
 		db.event(RecoveryEvent{Kind: EventRestored, Anchor: a.id, File: path, Offset: 0, Bytes: int64(len(want)), Records: uint64(len(rows))})
 		return nil
 	}
@@ -355,7 +357,26 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 			return err
 		}
 	}
+	// Bytes found intact are not necessarily durable: after a process kill
+	// they may be in the page cache only, and so may the directory entry
+	// of a segment created since the last settle (and its anchor's, for a
+	// new anchor). The journal that holds them is dropped once recovery
+	// settles, so the settle must fsync them.
+	if base == 0 {
+		db.markDirty(path, db.segmentDirs(a)...)
+	} else {
+		db.markDirty(path)
+	}
 	return nil
+}
+
+// segmentDirs are the directories whose entries lead to the anchor's
+// segments: its own directory, the fan-out directory, anchors/ and the
+// database root.
+func (db *DB) segmentDirs(a *anchor) []string {
+	fan := db.fs.PathDir(a.dir)
+	anchors := db.fs.PathDir(fan)
+	return []string{a.dir, fan, anchors, db.fs.PathDir(anchors)}
 }
 
 // errJournalHole: the journal's records of an anchor do not start where its
@@ -445,7 +466,14 @@ func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash seg
 		return e
 	}
 	last := segment.Record{Seq: lastSeq, Hash: lastHash}
-	return db.restoreSealAfter(a, f, path, sc.Offset(), last)
+	if err := db.restoreSealAfter(a, f, path, sc.Offset(), last); err != nil {
+		return err
+	}
+	// A seal found intact may not have reached the disk: a kill before its
+	// fsync leaves it in the page cache (see replaySegment). The segment
+	// itself is older than the settle point, its directory entry settled.
+	db.markDirty(path)
+	return nil
 }
 
 // segmentHole decides what a previous segment that is missing or has no

@@ -1,0 +1,416 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+)
+
+// Regression tests for what a review of recovery and crash safety found.
+
+// A process kill leaves a segment created since the last settle (and, for a
+// new anchor, its directory) in the page cache: file data and directory
+// entries alike unsynced. Recovery found the file intact, so journal replay
+// rewrote nothing, and reconciliation adopted its records after fsyncing the
+// file but not the directories naming it; then Open dropped the journal that
+// held the records. A power loss after that Open (or after a clean Close of
+// it) took the directory entries, and with them records the index vouches
+// for: acknowledged appends lost, the anchor reported damaged (SPEC §3: an
+// acknowledged append is never lost by a crash at any point, and no record
+// is ever indexed that is not in a segment).
+func TestKillThenPowerLossAfterRecoveryKeepsNewSegments(t *testing.T) {
+	for _, closeFirst := range []bool{false, true} {
+		for _, noSync := range []bool{false, true} {
+			t.Run(fmt.Sprintf("close=%v/noSync=%v", closeFirst, noSync), func(t *testing.T) {
+				ctx := context.Background()
+				mem := vfs.NewCrashableMem()
+				opts := Options{FS: mem, SegmentSize: 1024, SettleInterval: time.Hour, SettleBytes: 1 << 30, NoSync: noSync}
+				db, err := Open("db", opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Anchor "old" is settled; its later appends open a new
+				// segment after the settle. Anchor "new" is created after it.
+				for i := 0; i < 3; i++ {
+					if _, err := db.Append(ctx, Entry{Anchor: "old", Type: segment.TypePut, Key: []byte(fmt.Sprint("s", i)), Value: []byte("v")}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := db.Sync(); err != nil {
+					t.Fatal(err)
+				}
+				var acked []Receipt
+				for i := 0; i < 12; i++ {
+					for _, anchor := range []string{"old", "new"} {
+						r, err := db.Append(ctx, Entry{Anchor: anchor, Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i)), Value: make([]byte, 100)})
+						if err != nil {
+							t.Fatal(err)
+						}
+						acked = append(acked, r)
+					}
+				}
+				// Reading writes the buffered bytes out: in the page cache.
+				for _, r := range acked {
+					if _, err := db.Record(ctx, r.Anchor, r.Seq); err != nil {
+						t.Fatal(err)
+					}
+				}
+				killDB(t, db)
+
+				db, err = Open("db", opts)
+				if err != nil {
+					t.Fatalf("open after kill: %v", err)
+				}
+				if closeFirst {
+					if err := db.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				if !closeFirst {
+					killDB(t, db)
+				}
+				db2, err := Open("db", Options{FS: crashed, SegmentSize: 1024})
+				if err != nil {
+					t.Fatalf("open after power loss: %v", err)
+				}
+				defer db2.Close()
+				for _, ev := range db2.RecoveryReport().Events {
+					if ev.Kind == EventDamaged {
+						t.Errorf("damage after kill, recovery and power loss: %v", ev)
+					}
+				}
+				for _, r := range acked {
+					rec, err := db2.Record(ctx, r.Anchor, r.Seq)
+					if err != nil || rec.Hash != r.Hash {
+						t.Errorf("acknowledged %s seq %d lost: %v", r.Anchor, r.Seq, err)
+					}
+				}
+				if rep, err := db2.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+					t.Errorf("verify: %v %+v", err, rep.Failures)
+				}
+			})
+		}
+	}
+}
+
+// TestKillThenCrashDuringRecovery kills a process (every written byte stays,
+// unsynced, in the page cache) after each of n appends, for every n, then
+// crashes the recovery that follows at each of its writes and right after it
+// returns, keeping only what was synced. The crash tests elsewhere start
+// recovery from a crash clone, in which every byte that survived counts as
+// synced; here recovery starts from a kill, and must itself make durable
+// whatever it vouches for, before it drops the journal. Every acknowledged
+// durable append must survive, and once the recovery has returned, every
+// NoSync one too (SPEC §3; docs/RELIABILITY.md: a process kill loses
+// nothing acknowledged in either mode).
+func TestKillThenCrashDuringRecovery(t *testing.T) {
+	maxN := 24
+	step := 1
+	if testing.Short() || raceEnabled {
+		step = 3
+	}
+	for _, noSync := range []bool{false, true} {
+		for n := 1; n <= maxN; n += step {
+			ctx := context.Background()
+			mem := vfs.NewCrashableMem()
+			db, err := Open("db", crashOptions(mem, noSync))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks := &ackLog{}
+			if err := workload(ctx, db, 1, n, acks); err != nil {
+				t.Fatal(err)
+			}
+			acked := acks.snapshot()
+			if n%2 == 1 {
+				// Reads write the buffered segment bytes to the files.
+				for _, a := range acked {
+					if _, err := db.Record(ctx, a.Receipt.Anchor, a.Seq); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			killQuiesced(t, db)
+
+			cc := newCloneEveryWrite(mem, 0, uint64(n), 1)
+			db, err = Open("db", crashOptions(errorfs.Wrap(mem, cc), noSync))
+			if err != nil {
+				t.Fatalf("n=%d noSync=%v: open after kill: %v", n, noSync, err)
+			}
+			clones := append(cc.take(), mem.CrashClone(vfs.CrashCloneCfg{}))
+			killQuiesced(t, db)
+			for i, fs := range clones {
+				what := fmt.Sprintf("n=%d noSync=%v: kill, then power loss at write %d of %d of recovery", n, noSync, i+1, len(clones))
+				db, err := Open("db", crashOptions(fs, noSync))
+				if err != nil {
+					t.Fatalf("%s: open: %v", what, err)
+				}
+				for _, ev := range db.RecoveryReport().Events {
+					if ev.Kind == EventDamaged {
+						t.Fatalf("%s: damage: %v", what, ev)
+					}
+				}
+				want := acked
+				if noSync && i < len(clones)-1 {
+					// A power loss before recovery made them durable may
+					// take NoSync appends (the kill did not).
+					want = nil
+				}
+				checkDB(t, db, want)
+				if i == len(clones)-1 {
+					if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+						t.Fatalf("%s: verify: %v %+v", what, err, rep.Failures)
+					}
+				}
+				if err := db.Close(); err != nil {
+					t.Fatalf("%s: close: %v", what, err)
+				}
+			}
+		}
+	}
+}
+
+// A seal is written, then fsynced, by the applier after the journal block
+// that decided it (with the next segment's first record) is durable. When
+// that journal block is the first after a settle, recovery checks the seal
+// in restorePreviousSeal and, finding it intact, did nothing more; but after
+// a process kill between the seal's write and its fsync (here: the fsync
+// fails, then the process is killed), "intact" means in the page cache
+// only. Recovery then dropped the journal, and a power loss took the seal:
+// the sealed segment read as unsealed with a newer one after it, damage,
+// and the acknowledged append in the next segment unreadable (SPEC §3).
+func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
+	ctx := context.Background()
+	const an = "seal"
+	opts := Options{SegmentSize: 1024, SettleBytes: 1 << 30, SettleInterval: time.Hour}
+	mem := vfs.NewCrashableMem()
+	seg1 := mem.PathJoin(segmentAnchorDir(mem, "db", an), segmentFileName(1))
+	var armed atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if !armed.Load() || op.Path != seg1 {
+			return nil
+		}
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			return errors.New("injected: the process dies before this fsync")
+		}
+		return nil
+	})
+	db := mustOpen(t, errorfs.Wrap(mem, inj), opts)
+	var acked []Receipt
+	i := 0
+	appendOne := func() anchorHead {
+		t.Helper()
+		e := Entry{Anchor: an, Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i)), Value: bytes.Repeat([]byte{'v'}, 100)}
+		i++
+		r, st, err := appendVisible(ctx, db, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked = append(acked, r)
+		return st
+	}
+	st := appendOne()
+	frame := st.segSize - int64(segment.HeaderSize(an))
+	for st.segSize+frame <= opts.SegmentSize {
+		st = appendOne()
+	}
+	// Segment 1 is full: settle, so the next journal block, which seals it
+	// and starts segment 2, is the first the journal holds.
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	r, err := db.Append(ctx, Entry{Anchor: an, Type: segment.TypePut, Key: []byte("next"), Value: bytes.Repeat([]byte{'v'}, 100)})
+	if err != nil {
+		t.Fatalf("append that seals segment 1: %v", err)
+	}
+	acked = append(acked, r)
+	if r.Seq != uint64(i+1) {
+		t.Fatalf("seq %d, want %d", r.Seq, i+1)
+	}
+	for db.failed.Load() == nil {
+		time.Sleep(time.Millisecond) // the applier meets the failed seal fsync
+	}
+	killDB(t, db)
+
+	opts.FS = mem
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open after kill: %v", err)
+	}
+	t.Logf("recovery after the kill: %v", db.RecoveryReport().Events)
+	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = Open("db", Options{FS: crashed, SegmentSize: 1024})
+	if err != nil {
+		t.Fatalf("open after power loss: %v", err)
+	}
+	defer db.Close()
+	for _, ev := range db.RecoveryReport().Events {
+		if ev.Kind == EventDamaged {
+			t.Errorf("damage after kill, recovery and power loss: %v", ev)
+		}
+	}
+	for _, r := range acked {
+		rec, err := db.Record(ctx, r.Anchor, r.Seq)
+		if err != nil || rec.Hash != r.Hash {
+			t.Errorf("acknowledged seq %d lost: %v", r.Seq, err)
+		}
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Errorf("verify: %v %+v", err, rep.Failures)
+	}
+}
+
+// An index restored from an older copy (stale_index) vouches for less than
+// was settled: the records past its end were acknowledged, settled into
+// their segment, and their journal dropped long ago. A frame damaged there
+// (a bit flip) with whole records after it is damage in the middle of the
+// log, as it is for a rebuild; recovery cut it and every record after it
+// as a torn tail, losing acknowledged records (SPEC §3: damage anywhere but
+// a torn tail is never repaired; it is reported and the anchor read-only).
+func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	opts := Options{FS: mem, SegmentSize: 1 << 20}
+	db := mustOpen(t, mem, opts)
+	var acked []Receipt
+	put := func(n int) {
+		for i := 0; i < n; i++ {
+			r, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte(fmt.Sprint("k", len(acked))), Value: bytes.Repeat([]byte{'v'}, 50)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			acked = append(acked, r)
+		}
+	}
+	put(3)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	old := vfs.NewMem()
+	copyTree(t, mem, "db/"+IndexDir, old, "index")
+	db = mustOpen(t, mem, opts)
+	put(7)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The older index comes back, and a bit of record 5's value flips.
+	if err := mem.RemoveAll("db/" + IndexDir); err != nil {
+		t.Fatal(err)
+	}
+	copyTree(t, old, "index", mem, "db/"+IndexDir)
+	segs := segmentFiles(t, mem, "db", "a")
+	seg := segs[len(segs)-1]
+	_, offs, _ := frames(t, mem, seg)
+	data, err := readMemFile(mem, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[offs[4]+40] ^= 1
+	writeMemFile(mem, seg, data)
+
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer db.Close()
+	rep := db.RecoveryReport()
+	damaged := false
+	for _, ev := range rep.Events {
+		if ev.Kind == EventCut {
+			t.Errorf("settled records after a damaged frame were cut: %v", ev)
+		}
+		damaged = damaged || ev.Kind == EventDamaged
+	}
+	if !damaged {
+		t.Errorf("the damaged frame was not reported: %v", rep.Events)
+	}
+	if _, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("x"), Value: []byte("y")}); err == nil {
+		t.Errorf("an append to the damaged anchor was accepted")
+	}
+	after, err := readMemFile(mem, seg)
+	if err != nil || !bytes.Equal(after, data) {
+		t.Errorf("the damaged segment was rewritten (%d bytes, was %d): %v", len(after), len(data), err)
+	}
+	// What the old index vouched for, and the whole record after it, is
+	// still served.
+	for _, r := range acked[:4] {
+		if rec, err := db.Record(ctx, r.Anchor, r.Seq); err != nil || rec.Hash != r.Hash {
+			t.Errorf("seq %d: %v", r.Seq, err)
+		}
+	}
+}
+
+// An anchor whose only segment has lost its header (it is shorter than
+// one) while the index has settled records in it is damaged, and its files
+// stay as they are for an operator (docs/RELIABILITY.md: nothing of a
+// damaged anchor is rewritten or removed). Reconciliation took the
+// headerless file for a torn creation and removed it before it knew the
+// anchor, then reported the anchor's segments missing.
+func TestHeaderlessOnlySegmentOfIndexedAnchorIsKept(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	opts := Options{FS: mem}
+	db := mustOpen(t, mem, opts)
+	for i := 0; i < 3; i++ {
+		if _, err := db.Append(ctx, Entry{Anchor: "h", Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	killDB(t, db) // unclean: the next Open reconciles
+	seg := segmentFiles(t, mem, "db", "h")[0]
+	data, err := readMemFile(mem, seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeMemFile(mem, seg, data[:10])
+
+	db, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer db.Close()
+	damaged := false
+	for _, ev := range db.RecoveryReport().Events {
+		if ev.Kind == EventRemoved {
+			t.Errorf("the segment of an anchor the index has records in was removed: %v", ev)
+		}
+		damaged = damaged || (ev.Kind == EventDamaged && ev.Anchor == "h")
+	}
+	if !damaged {
+		t.Errorf("the anchor is not reported damaged: %v", db.RecoveryReport().Events)
+	}
+	if got, err := readMemFile(mem, seg); err != nil || !bytes.Equal(got, data[:10]) {
+		t.Errorf("the damaged anchor's segment changed: %q %v", got, err)
+	}
+}
+
+// killQuiesced is killDB once the settle loop has stopped and the applier has
+// applied every group: killDB closes the index, which a settle or an apply
+// still running would then use (a panic no real kill can cause). What the
+// kill leaves is the same as at any moment the engine is between groups.
+func killQuiesced(t *testing.T, db *DB) {
+	t.Helper()
+	close(db.stopBg)
+	db.settler.Wait()
+	if err := db.awaitVisible(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	killDB(t, db)
+}
