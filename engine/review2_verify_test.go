@@ -1,10 +1,15 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // After a rebuild from a snapshot, one located 'k' row above the rebuilt
@@ -48,5 +53,56 @@ func TestReview2VerifyTamperedRowAboveHistoryFrom(t *testing.T) {
 		if f.Seq != ve.Seq {
 			t.Errorf("a finding about a record the row does not name: %s %s seq %d: %s", f.Code, f.Anchor, f.Seq, f.Message)
 		}
+	}
+}
+
+// CreateCheckpoint racing Close: it checks that the database is open, then
+// reads the index (the anchors, the trees) and, since it signs only durable
+// records, settles (Sync). Close closes the index once nothing it waits for
+// is in flight, and nothing held it off: a CreateCheckpoint that passed the
+// check read the closed index, and Pebble panics ("pebble: closed"),
+// taking the process down instead of answering IO_001 "database is closed"
+// (or signing). Here it waits on checkpointMu, which the test holds, while
+// Close runs.
+func TestReview2CheckpointRacingClose(t *testing.T) {
+	ctx := context.Background()
+	skey, _ := coverKeys(t)
+	fs := vfs.NewMem()
+	db, err := Open("db", Options{FS: fs, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	checkpointMu.Lock()
+	done := make(chan string, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- fmt.Sprint("panic: ", r)
+			}
+		}()
+		_, _, err := db.CreateCheckpoint(ctx, skey)
+		if err != nil && !errors.Is(err, ErrWriteFailed) {
+			done <- fmt.Sprint("error: ", err)
+			return
+		}
+		done <- ""
+	}()
+	time.Sleep(50 * time.Millisecond) // it waits on checkpointMu
+	closed := make(chan error, 1)
+	go func() { closed <- db.Close() }()
+	select {
+	case err := <-closed:
+		closed <- err
+	case <-time.After(200 * time.Millisecond): // Close waits for it
+	}
+	checkpointMu.Unlock()
+	if s := <-done; s != "" {
+		t.Fatalf("CreateCheckpoint racing Close: %s", s)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
 	}
 }
