@@ -391,6 +391,11 @@ func (c *anchorCheck) expectedRows(tag byte) (map[string]expectedRow, error) {
 		if err != nil || row.seq > c.last || c.unreadable[row.seq] || row.Size == 0 {
 			continue
 		}
+		if tag == tagKey && row.seq <= v.histFrom[c.id] {
+			// As in expectRows: a rebuild from a snapshot wrote the state
+			// there, not these rows (checkHistoryFrom checks what it wrote).
+			continue
+		}
 		rec, err := fr.read(row.seq, row.seqEntry)
 		if err != nil {
 			c.unreadable[row.seq] = true
