@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -105,111 +104,5 @@ func TestReview2CheckpointRacingClose(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
-	}
-}
-
-// A stub written before stop 18 kept only the versions that were their
-// key's newest overall, not each key's last in its segment (FORMAT §6.9:
-// such stubs "read the same way"). Here B's delete of K, superseded by a
-// later put on A, went with B's first segment. A rebuild from a snapshot
-// taken before that put indexes, below its frontier, no row for K: the
-// state there has K deleted (Get and GetAt are right). The history check
-// took A's older put of K, the last version it knew inside the frontier,
-// for the state, and reported a freshly rebuilt index as corrupt (INT_004
-// "no 'k' row for key K at the rebuilt frontier"). It is still reported
-// when no stub could have dropped a later version: a deleted row of a key
-// with no version beyond the frontier, or newer than every stub.
-func TestReview2VerifyHistoryFromPreStop18Stub(t *testing.T) {
-	ctx := context.Background()
-	fs := vfs.NewMem()
-	opts := fixtureOptions(fs)
-	db, err := Open("db", opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Put(ctx, "A", []byte("K"), []byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Delete(ctx, "B", []byte("K")); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 80; i++ {
-		if _, err := db.Put(ctx, "B", []byte(fmt.Sprintf("f%03d", i)), []byte("v")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Put(ctx, "A", []byte("K"), []byte("y")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.truncateSegment(ctx, "B", 1); err != nil {
-		t.Fatal(err)
-	}
-	a, err := db.getAnchor("B", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stubPath := fs.PathJoin(a.dir, segment.StubFileName(1))
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// The stub as code before stop 18 wrote it: without K's delete.
-	data, err := readWholeFile(fs, stubPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := segment.ParseStub(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kept []segment.Record
-	for _, r := range st.Kept {
-		if string(r.Key) != "K" {
-			kept = append(kept, r)
-		}
-	}
-	if len(kept) != len(st.Kept)-1 {
-		t.Fatal("the stub did not keep K's delete")
-	}
-	st.Kept = kept
-	f, err := fs.Create(stubPath, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(segment.AppendStub(nil, &st)); err != nil {
-		t.Fatal(err)
-	}
-	if err := errors.Join(f.Sync(), f.Close()); err != nil {
-		t.Fatal(err)
-	}
-	if kinds := rebuildFromSnapshot(t, opts); !kinds[EventStateFromSnapshot] {
-		t.Fatalf("the rebuild did not start from the snapshot: %v", kinds)
-	}
-	db = mustOpen(t, fs, opts)
-	t.Cleanup(func() { _ = db.Close() })
-	if v, err := db.Get(ctx, []byte("K")); err != nil || string(v.Value) != "y" {
-		t.Fatalf("Get(K) = %q, %v", v.Value, err)
-	}
-	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
-		t.Fatalf("a rebuilt index over a stub of before stop 18: %v %+v", err, rep.Failures)
-	}
-	// f000 is kept by the stub, f079 in a segment; neither has a version
-	// beyond the frontier.
-	for _, k := range []string{"f000", "f079"} {
-		var vs []Version
-		for v, err := range db.Versions(ctx, []byte(k)) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			vs = append(vs, v)
-		}
-		if len(vs) != 1 {
-			t.Fatalf("%d versions of %s, want 1", len(vs), k)
-		}
-		seq := vs[0].Seq
-		setRow(t, db, versionKey([]byte(k), vs[0].Counter, vs[0].Anchor), nil)
-		wantFinding(t, db, errs.CodeIndexMismatch, "B", seq, "at the rebuilt frontier")
 	}
 }

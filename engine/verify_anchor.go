@@ -65,7 +65,6 @@ type anchorCheck struct {
 	batch     *pebble.Batch
 	hb        *pebble.Batch // into the history check's store (verify_histfrom.go)
 	histSeen  uint64        // seqs inside the history frontier read (records and stub seqs)
-	histStub  uint64        // the highest counter a stub holds inside that frontier (0: none)
 	scratch   []byte
 	dbuf      []byte // scratch of the row digests
 }

@@ -64,10 +64,6 @@ import (
 type histCheck struct {
 	dir   string
 	store *pebble.DB
-	// newestStub is the last record in merged order, of every anchor, that
-	// a stub holds inside the frontier (hasStub: there is one).
-	newestStub mergedPos
-	hasStub    bool
 }
 
 // The values of the scratch store: a version's type, seq and whether its
@@ -157,7 +153,6 @@ func (c *anchorCheck) noteHistStub(st *segment.Stub) {
 	hf := c.v.histFrom[c.id]
 	for seq := st.FirstSeq; seq <= st.LastSeq() && seq <= hf; seq++ {
 		c.histSeen++
-		c.histStub = max(c.histStub, st.Counters[seq-st.FirstSeq])
 	}
 	for i := range st.Kept {
 		rec := &st.Kept[i]
@@ -212,13 +207,6 @@ func (v *verifier) checkHistoryFrom() {
 			// Records inside the frontier were not read (findings say
 			// why, or an incremental check skipped them).
 			covered = false
-		}
-	}
-	if covered {
-		for _, c := range v.jobs {
-			if p := (mergedPos{c.histStub, c.id}); c.histStub > 0 && (!v.hist.hasStub || v.hist.newestStub.before(p)) {
-				v.hist.newestStub, v.hist.hasStub = p, true
-			}
 		}
 	}
 	v.mu.Lock()
@@ -315,14 +303,8 @@ func (v *verifier) compareHistory() error {
 				c.reportHist(seq, truncated, "the index has no 'k' row for the delete of key %q at seq %d (counter %d), below the rebuilt frontier: a rebuild from a snapshot indexes every delete up to it",
 					key, seq, counter)
 			case !stateSeen && !uncertain:
-				hidden, err := v.oldStubMayHide(key, mergedPos{counter, string(abuf)})
-				if err != nil {
-					return err
-				}
-				if !hidden {
-					c.reportHist(seq, truncated, "the index has no 'k' row for key %q at the rebuilt frontier: its last version there is seq %d (counter %d)",
-						key, seq, counter)
-				}
+				c.reportHist(seq, truncated, "the index has no 'k' row for key %q at the rebuilt frontier: its last version there is seq %d (counter %d)",
+					key, seq, counter)
 			}
 			stateSeen = true
 			xok = xi.Next()
@@ -352,46 +334,6 @@ func (v *verifier) compareHistory() error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
 	return nil
-}
-
-// oldStubMayHide reports whether a stub written before stop 18 may have
-// dropped the key's last version inside the frontier, so that its last
-// known version there, at p, rightly has no row. Such a stub kept only the
-// versions that were their key's newest overall when it was written, not
-// each key's last in its segment, and what it dropped is not known. A
-// version it dropped had a newer one then, beyond the frontier (one inside
-// it would be known, as the key's last there): its row, or that of a later
-// version of the key, is in the index above the frontier (a truncation
-// since keeps each key's last version in a segment). And the version
-// dropped sorts after p but not after the newest record a stub holds
-// inside the frontier.
-func (v *verifier) oldStubMayHide(key []byte, p mergedPos) (bool, error) {
-	if !v.hist.hasStub || !p.before(v.hist.newestStub) {
-		return false, nil
-	}
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: appendKeyPrefix(nil, key), UpperBound: appendPastVersions(nil, key)})
-	if err != nil {
-		return false, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
-	}
-	defer it.Close()
-	var anchor []byte
-	for ok := it.First(); ok; ok = it.Next() {
-		var good bool
-		if anchor, good = versionKeyAnchor(anchor[:0], it.Key()); !good {
-			continue
-		}
-		ve, err := decodeVersionEntry(it.Value())
-		if err != nil {
-			continue
-		}
-		if hf, in := v.histFrom[string(anchor)]; !in || ve.Seq > hf {
-			return true, nil
-		}
-	}
-	if err := it.Error(); err != nil {
-		return false, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
-	}
-	return false, nil
 }
 
 func decodeHistValue(b []byte) (typ byte, seq uint64, truncated bool) {
