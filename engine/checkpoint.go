@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
@@ -50,10 +49,6 @@ type StoredCheckpoint struct {
 	Err error
 }
 
-// checkpointMu makes checkpoint creation one at a time: each must see the
-// one before it.
-var checkpointMu sync.Mutex
-
 // CreateCheckpoint signs a checkpoint of every anchor's current size and
 // Merkle root with signerKey (a note signer key, as proof.GenerateKeys
 // makes) and keeps it in the database. It returns the signed note and its
@@ -87,8 +82,8 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 	if db.closed.Load() {
 		return nil, nil, errClosed
 	}
-	checkpointMu.Lock()
-	defer checkpointMu.Unlock()
+	db.checkpointMu.Lock()
+	defer db.checkpointMu.Unlock()
 
 	ids, err := db.anchorIDs()
 	if err != nil {

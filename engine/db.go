@@ -68,8 +68,12 @@ type DB struct {
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
 	ingesting atomic.Pointer[map[string]bool]
-	vis       visibility
-	journal   *journal.Writer
+	// checkpointMu makes checkpoint creation one at a time: each must see
+	// the one before it (it was one lock for the whole process, held across
+	// a settle's fsyncs since checkpoints sign only durable records).
+	checkpointMu sync.Mutex
+	vis          visibility
+	journal      *journal.Writer
 	// flushJournal is the journal as seen by the index's flush hook, which
 	// runs on Pebble's goroutines.
 	flushJournal atomic.Pointer[journal.Writer]

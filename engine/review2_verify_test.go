@@ -62,7 +62,7 @@ func TestReview2VerifyTamperedRowAboveHistoryFrom(t *testing.T) {
 // is in flight, and nothing held it off: a CreateCheckpoint that passed the
 // check read the closed index, and Pebble panics ("pebble: closed"),
 // taking the process down instead of answering IO_001 "database is closed"
-// (or signing). Here it waits on checkpointMu, which the test holds, while
+// (or signing). Here it waits on db.checkpointMu, which the test holds, while
 // Close runs.
 func TestReview2CheckpointRacingClose(t *testing.T) {
 	ctx := context.Background()
@@ -75,7 +75,7 @@ func TestReview2CheckpointRacingClose(t *testing.T) {
 	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	checkpointMu.Lock()
+	db.checkpointMu.Lock()
 	done := make(chan string, 1)
 	go func() {
 		defer func() {
@@ -90,7 +90,7 @@ func TestReview2CheckpointRacingClose(t *testing.T) {
 		}
 		done <- ""
 	}()
-	time.Sleep(50 * time.Millisecond) // it waits on checkpointMu
+	time.Sleep(50 * time.Millisecond) // it waits on db.checkpointMu
 	closed := make(chan error, 1)
 	go func() { closed <- db.Close() }()
 	select {
@@ -98,7 +98,7 @@ func TestReview2CheckpointRacingClose(t *testing.T) {
 		closed <- err
 	case <-time.After(200 * time.Millisecond): // Close waits for it
 	}
-	checkpointMu.Unlock()
+	db.checkpointMu.Unlock()
 	if s := <-done; s != "" {
 		t.Fatalf("CreateCheckpoint racing Close: %s", s)
 	}
