@@ -65,9 +65,10 @@ type StoredCheckpoint struct {
 // was signed with the same key, its signature must verify (AUTH_003
 // otherwise). A malformed key is INPUT_001.
 func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *proof.Checkpoint, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return nil, nil, err
 	}
+	defer db.endRead()
 	signerKey = strings.TrimSpace(signerKey)
 	verifierKey, err := verifierForSigner(signerKey)
 	if err != nil {

@@ -64,9 +64,16 @@ type CompactionResult struct {
 // Compact plans a compaction under policy and, with opts.Apply, applies it.
 func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
 	var res CompactionResult
-	if err := db.awaitVisible(ctx); err != nil {
+	// A compaction settles through group commit and writes the index:
+	// Close waits for it, as for an append, and then for its reads.
+	if err := db.adm.enter(); err != nil {
 		return res, err
 	}
+	defer db.adm.releaseGate()
+	if err := db.beginRead(ctx); err != nil {
+		return res, err
+	}
+	defer db.endRead()
 	if err := policy.Validate(); err != nil {
 		return res, err
 	}

@@ -68,6 +68,8 @@ type DB struct {
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
 	ingesting atomic.Pointer[map[string]bool]
+	// reads holds Close off the index while reads use it (readgate.go).
+	reads readGate
 	// checkpointMu makes checkpoint creation one at a time: each must see
 	// the one before it (it was one lock for the whole process, held across
 	// a settle's fsyncs since checkpoints sign only durable records).
@@ -671,7 +673,12 @@ func (db *DB) fail(err error) error {
 
 // Close waits for in-flight appends, syncs every segment, marks the database
 // cleanly closed and releases its lock. After a write failure it closes
-// without marking clean, so the next Open runs recovery.
+// without marking clean, so the next Open runs recovery. Calls made after
+// Close has begun return IO_001 ("database is closed"); those already under
+// way finish first: appends and what settles through group commit (Sync,
+// CreateCheckpoint, Compact, Ingest) before it settles, reads (range loops
+// included, until their loop ends), Verify and CreateSnapshot before it
+// closes the index. A range loop its consumer holds open holds Close too.
 func (db *DB) Close() error {
 	if !db.closed.CompareAndSwap(false, true) {
 		return errClosed
@@ -698,6 +705,9 @@ func (db *DB) Close() error {
 		_ = db.mergeBatch.Close()
 		db.mergeBatch = nil
 	}
+	// Reads in progress finish before the index and the segment files
+	// close under them; later ones are refused.
+	db.reads.drain()
 	err = errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
 		ioErr(db.files.close(), "close segments"), ioErr(db.lock.Close(), "release lock"))
 	return err

@@ -94,6 +94,16 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	if err := db.writable(); err != nil {
 		return rep, err
 	}
+	// Close waits for an ingest under way, as for an append, and then for
+	// its reads of our index.
+	if err := db.adm.enter(); err != nil {
+		return rep, err
+	}
+	defer db.adm.releaseGate()
+	if !db.reads.enter() {
+		return rep, errClosed
+	}
+	defer db.reads.leave()
 	db.ingestMu.Lock()
 	defer db.ingestMu.Unlock()
 	// Only another database is a source: checked before its lock, so a

@@ -74,10 +74,11 @@ type MergedOptions struct {
 // is the caller's to keep.
 func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Positioned, error] {
 	return func(yield func(merge.Positioned, error) bool) {
-		if err := db.awaitVisible(ctx); err != nil {
+		if err := db.beginRead(ctx); err != nil {
 			yield(merge.Positioned{}, err)
 			return
 		}
+		defer db.endRead()
 		f := opts.Frontier
 		if f == nil {
 			var err error
@@ -244,9 +245,10 @@ func (db *DB) MergedRoot(ctx context.Context, f merge.Frontier) (segment.Hash, u
 // the database does not hold, a seq past an anchor's head, or one inside its
 // truncated log, is STATE_003.
 func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return Version{}, err
 	}
+	defer db.endRead()
 	// A frontier naming an anchor we hold nothing of, or a seq past an
 	// anchor's head, names records that do not exist here (yet): the answer
 	// would change with the next append or ingest (SPEC §8 STATE_003, as in

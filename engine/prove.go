@@ -105,9 +105,10 @@ func (t *treeReader) sameAsMemory(size uint64, root segment.Hash) error {
 // built from the index. An unknown anchor, a size beyond the anchor's or a
 // seq beyond the size is STATE_003; seq 0 or a bad anchor id INPUT_001.
 func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint64) (*proof.InclusionProof, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return nil, err
 	}
+	defer db.endRead()
 	t, err := db.readTree(anchor)
 	if err != nil {
 		return nil, err
@@ -141,9 +142,10 @@ func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint6
 // both roots, in the SPEC §10 shape. oldSize > newSize is INPUT_001; an
 // unknown anchor or a size beyond the anchor's STATE_003.
 func (db *DB) ProveConsistency(ctx context.Context, anchor string, oldSize, newSize uint64) (*proof.ConsistencyProof, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return nil, err
 	}
+	defer db.endRead()
 	t, err := db.readTree(anchor)
 	if err != nil {
 		return nil, err
@@ -170,9 +172,10 @@ func (db *DB) ProveConsistency(ctx context.Context, anchor string, oldSize, newS
 // an older one from the index. An unknown anchor or a size beyond the
 // anchor's is STATE_003.
 func (db *DB) AnchorRoot(ctx context.Context, anchor string, size uint64) (segment.Hash, uint64, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return segment.Hash{}, 0, err
 	}
+	defer db.endRead()
 	t, err := db.readTree(anchor)
 	if err != nil {
 		return segment.Hash{}, 0, err

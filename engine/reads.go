@@ -23,9 +23,10 @@ type Version struct {
 // Get returns the value of key: the last put or delete of it in merged order
 // (SPEC §4). A missing or deleted key returns ErrNotFound.
 func (db *DB) Get(ctx context.Context, key []byte) (Version, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return Version{}, err
 	}
+	defer db.endRead()
 	v, err := db.latest(ctx, db.index, key)
 	if err != nil {
 		return v, err
@@ -101,10 +102,11 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 // records that wrote them.
 func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record, error] {
 	return func(yield func(segment.Record, error) bool) {
-		if err := db.awaitVisible(ctx); err != nil {
+		if err := db.beginRead(ctx); err != nil {
 			yield(segment.Record{}, err)
 			return
 		}
+		defer db.endRead()
 		it, err := db.versionRows(db.index, key)
 		if err != nil {
 			yield(segment.Record{}, err)
@@ -155,10 +157,11 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 // whose values are small costs one index scan however many versions it has.
 func (db *DB) Versions(ctx context.Context, key []byte) iter.Seq2[Version, error] {
 	return func(yield func(Version, error) bool) {
-		if err := db.awaitVisible(ctx); err != nil {
+		if err := db.beginRead(ctx); err != nil {
 			yield(Version{}, err)
 			return
 		}
+		defer db.endRead()
 		it, err := db.versionRows(db.index, key)
 		if err != nil {
 			yield(Version{}, err)
@@ -202,10 +205,11 @@ func (db *DB) ScanRange(ctx context.Context, start, end []byte) iter.Seq2[Versio
 
 func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, error] {
 	return func(yield func(Version, error) bool) {
-		if err := db.awaitVisible(ctx); err != nil {
+		if err := db.beginRead(ctx); err != nil {
 			yield(Version{}, err)
 			return
 		}
+		defer db.endRead()
 		it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
@@ -237,9 +241,10 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 // Record returns record seq of the anchor, read from its segment and checked
 // against its hash.
 func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return segment.Record{}, err
 	}
+	defer db.endRead()
 	e, ok, err := db.seqEntry(anchor, seq)
 	if err != nil {
 		return segment.Record{}, err
@@ -254,10 +259,11 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 // of 0 means through the last record.
 func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[segment.Record, error] {
 	return func(yield func(segment.Record, error) bool) {
-		if err := db.awaitVisible(ctx); err != nil {
+		if err := db.beginRead(ctx); err != nil {
 			yield(segment.Record{}, err)
 			return
 		}
+		defer db.endRead()
 		fr := db.newFrameReader(anchor)
 		defer fr.close()
 		db.logRange(ctx, anchor, from, to, fr, yield)

@@ -197,5 +197,12 @@ func (db *DB) Sync() error {
 	if err := db.writable(); err != nil {
 		return err
 	}
+	// The settle goes through group commit: Close must not stop the
+	// applier under it (it would wait for ever), so it holds Close off as
+	// an append does.
+	if err := db.adm.enter(); err != nil {
+		return err
+	}
+	defer db.adm.releaseGate()
 	return db.settle()
 }

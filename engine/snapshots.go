@@ -34,6 +34,11 @@ func (db *DB) CreateSnapshot(ctx context.Context, policyRef string) (snapshot.In
 	if err := db.writable(); err != nil {
 		return snapshot.Info{}, err
 	}
+	// The audit append after the file writes the index: Close waits.
+	if err := db.beginRead(ctx); err != nil {
+		return snapshot.Info{}, err
+	}
+	defer db.endRead()
 	db.compactMu.Lock() // the audit log has one writer at a time
 	defer db.compactMu.Unlock()
 	return db.createSnapshotAudited(ctx, snapshot.AuditEntry{PolicyRef: policyRef})
@@ -64,9 +69,10 @@ func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef st
 	if err := db.writable(); err != nil && !errors.Is(err, errClosed) {
 		return snapshot.Info{}, err
 	}
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return snapshot.Info{}, err
 	}
+	defer db.endRead()
 	snap := db.index.NewSnapshot()
 	defer snap.Close()
 	front, err := db.frontierAt(ctx, snap)
@@ -213,9 +219,10 @@ type SnapshotVerification struct {
 // memory does not grow with the state.
 func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerification, error) {
 	var out SnapshotVerification
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return out, err
 	}
+	defer db.endRead()
 	info, err := snapshot.Verify(db.fs, path)
 	out.Info = info
 	if err != nil {

@@ -24,10 +24,11 @@ type AnchorInfo struct {
 // Anchors lists every anchor with at least one record, in byte order of id.
 func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 	return func(yield func(AnchorInfo, error) bool) {
-		if err := db.awaitVisible(ctx); err != nil {
+		if err := db.beginRead(ctx); err != nil {
 			yield(AnchorInfo{}, err)
 			return
 		}
+		defer db.endRead()
 		ids, err := db.anchorIDs()
 		if err != nil {
 			yield(AnchorInfo{}, err)
@@ -55,9 +56,10 @@ func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 // be applied, a wait the applier always ends (by applying them, failing, or
 // stopping at Close).
 func (db *DB) AnchorInfo(id string) (AnchorInfo, bool, error) {
-	if err := db.awaitVisible(context.Background()); err != nil {
+	if err := db.beginRead(context.Background()); err != nil {
 		return AnchorInfo{}, false, err
 	}
+	defer db.endRead()
 	return db.anchorInfo(id)
 }
 
@@ -117,9 +119,10 @@ type Stats struct {
 // Stats counts anchors, records and bytes. It walks the segment directories,
 // so it costs a directory listing per anchor.
 func (db *DB) Stats(ctx context.Context) (Stats, error) {
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return Stats{}, err
 	}
+	defer db.endRead()
 	// Count segment bytes still in the write buffers as written.
 	if err := db.flushAllBuffers(); err != nil {
 		return Stats{}, err

@@ -126,9 +126,10 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if db.closed.Load() {
 		return VerifyReport{}, errClosed
 	}
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.beginRead(ctx); err != nil {
 		return VerifyReport{}, err
 	}
+	defer db.endRead()
 	// A malformed key is bad input, not a signature every stored checkpoint
 	// fails (nor nothing at all, when none is stored).
 	if err := proof.CheckVerifierKeys(opts.VerifierKeys...); err != nil {
