@@ -94,6 +94,14 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	if err := db.writable(); err != nil {
 		return rep, err
 	}
+	// Close closes the index once admission is drained, and pass 1 reads
+	// it (our heads, rows, idempotency keys) before anything is admitted:
+	// the ingest holds the gate Close drains, and stops between anchors
+	// once Close has begun.
+	if err := db.adm.enter(); err != nil {
+		return rep, err
+	}
+	defer db.adm.releaseGate()
 	db.ingestMu.Lock()
 	defer db.ingestMu.Unlock()
 	// Only another database is a source: checked before its lock, so a
@@ -140,6 +148,9 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
+		if db.adm.isClosing() {
+			return rep, errClosed
+		}
 		info, _, err := db.anchorInfo(s.id)
 		if err != nil {
 			return rep, err
@@ -149,7 +160,14 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		}
 		had := info.Records
 		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
-		if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
+		err = db.scanSource(ctx, s, 0, func(rec segment.Record) error {
+			// A long log must not hold Close off to its end.
+			if rec.Seq%4096 == 0 && db.adm.isClosing() {
+				return errClosed
+			}
+			return arrivals.record(rec)
+		})
+		if err != nil {
 			return rep, err
 		}
 		if err := db.checkJoin(ctx, s, had, info); err != nil {
