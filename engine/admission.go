@@ -182,6 +182,13 @@ func (a *admission) enter() error {
 	return nil
 }
 
+// isClosing reports whether Close has begun.
+func (a *admission) isClosing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closing
+}
+
 // refusal builds a refusal with the capacity state; a.mu is held.
 func (a *admission) refusal(code errs.Code, retry time.Duration, msg string) *errs.RefusalError {
 	a.count(code)

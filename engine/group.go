@@ -311,11 +311,6 @@ func (g *group) prepareVerbatimRequest(r *request) {
 
 func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 	db := g.db
-	if held := db.ingesting.Load(); held != nil && (*held)[e.Anchor] {
-		err := errs.New(errs.CodeScopeLocked, "anchor %q is being ingested: its log is arriving from another database; append to it once the ingest ends", e.Anchor)
-		err.Anchor = e.Anchor
-		return Receipt{}, err
-	}
 	a, err := db.getAnchor(e.Anchor, true)
 	if err != nil {
 		return Receipt{}, err
@@ -357,6 +352,14 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 			g.duplicates = true
 			return rc, nil
 		}
+	}
+	// An anchor being ingested takes no new record (ingest.go): its head
+	// must stay the one the ingest checked. A retry of a record it holds
+	// moves nothing and was answered above (SPEC §7).
+	if held := db.ingesting.Load(); held != nil && (*held)[e.Anchor] {
+		err := errs.New(errs.CodeScopeLocked, "anchor %q is being ingested: its log is arriving from another database; append to it once the ingest ends", e.Anchor)
+		err.Anchor = e.Anchor
+		return Receipt{}, err
 	}
 
 	var counter uint64

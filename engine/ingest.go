@@ -94,8 +94,10 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	if err := db.writable(); err != nil {
 		return rep, err
 	}
-	// Close waits for an ingest under way, as for an append, and then for
-	// its reads of our index.
+	// Close closes the index once admission is drained, and pass 1 reads
+	// it (our heads, rows, idempotency keys) before anything is admitted:
+	// the ingest holds the gate Close drains, and stops between anchors
+	// once Close has begun. It holds the read gate too, as every read does.
 	if err := db.adm.enter(); err != nil {
 		return rep, err
 	}
@@ -150,6 +152,9 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
+		if db.adm.isClosing() {
+			return rep, errClosed
+		}
 		info, _, err := db.anchorInfo(s.id)
 		if err != nil {
 			return rep, err
@@ -159,7 +164,14 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		}
 		had := info.Records
 		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
-		if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
+		err = db.scanSource(ctx, s, 0, func(rec segment.Record) error {
+			// A long log must not hold Close off to its end.
+			if rec.Seq%4096 == 0 && db.adm.isClosing() {
+				return errClosed
+			}
+			return arrivals.record(rec)
+		})
+		if err != nil {
 			return rep, err
 		}
 		if err := db.checkJoin(ctx, s, had, info); err != nil {
