@@ -62,7 +62,19 @@ func TestIngestRacingCloseDoesNotReadClosedIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Armed once the ingest's barrier reaches the applier: the next source
+	// file opened is in pass 1. The hook is set before the first append
+	// (the applier reads it), and arms only once the ingest has begun.
+	var ingesting atomic.Bool
+	dst.testBeforeApply = func() {
+		if ingesting.Load() {
+			hfs.armed.Store(true)
+		}
+	}
 	if _, err := dst.Put(ctx, "other", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.Get(ctx, []byte("k")); err != nil { // applied: it arms nothing later
 		t.Fatal(err)
 	}
 	// Close from another goroutine, in the middle of pass 1: the hook
@@ -83,9 +95,7 @@ func TestIngestRacingCloseDoesNotReadClosedIndex(t *testing.T) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	// Armed once the ingest's barrier reaches the applier: the next source
-	// file opened is in pass 1.
-	dst.testBeforeApply = func() { hfs.armed.Store(true) }
+	ingesting.Store(true)
 
 	var rep IngestReport
 	var ierr error
