@@ -30,8 +30,6 @@ type admission struct {
 	maxRecs  int
 	maxBytes int64
 	waiters  int
-	closing  bool
-	idle     chan struct{} // closed when closing and nothing is in flight
 
 	// perAnchor, when > 0, bounds the records in flight for one anchor;
 	// anchorRecs holds the anchors that have some (entries are deleted at 0,
@@ -48,7 +46,7 @@ type admission struct {
 	// disabled skips every bound (Options.DisableAdmission, for measuring
 	// the layer's cost): only the close gate remains.
 	disabled bool
-	gate     atomic.Int64
+	gate     closeGate // what Close waits for: everything admitted, and enter's callers
 
 	refused [3]atomic.Uint64 // CAP_001, CAP_002, CAP_003
 }
@@ -100,46 +98,29 @@ func (a *admission) fits(c *cost) bool {
 // first (refusing at once when an anchor has too few), then waits for room
 // under the bounds; a request that is refused or gives up returns its tokens.
 func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
-	if a.disabled {
-		a.gate.Add(1)
-		a.mu.Lock()
-		closing := a.closing
-		a.mu.Unlock()
-		if closing {
-			a.releaseGate()
-			return errClosed
-		}
-		return nil
-	}
-	if c.records == 0 {
-		// Only duplicates: they cost nothing, but Close must wait for them.
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if a.closing {
-			return errClosed
-		}
-		a.gate.Add(1)
-		return nil
+	if a.disabled || c.records == 0 {
+		// Only the gate: a request with no record to append (duplicates)
+		// costs nothing, but Close must wait for it.
+		return a.enter()
 	}
 	if err := a.takeTokens(c); err != nil {
 		return err
 	}
 	for {
 		a.mu.Lock()
-		if a.closing {
-			a.mu.Unlock()
-			a.returnTokens(c.anchors)
-			return errClosed
-		}
-		if a.fits(c) {
+		if a.fits(c) && a.gate.enter() {
 			a.records += c.records
 			a.bytes += c.bytes
 			for id, n := range c.anchors {
 				a.anchorRecs[id] += n
 			}
-			a.gate.Add(1)
 			a.mu.Unlock()
 			return nil
+		}
+		if a.gate.isClosing() {
+			a.mu.Unlock()
+			a.returnTokens(c.anchors)
+			return errClosed
 		}
 		if refuse {
 			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, "in-flight bound reached")
@@ -166,27 +147,15 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	}
 }
 
-// enter holds Close off while an append that is not yet admitted reads the
-// index (its idempotency keys): Close closes the index once drained, and
-// Pebble panics on a closed DB. Each enter that succeeds is paired with a
-// releaseGate.
+// enter holds Close off without admitting anything: for calls that settle
+// through group commit (Sync, Compact, Ingest; CreateCheckpoint through
+// Sync), which Close must let finish before it stops the applier. Each nil
+// is paired with releaseGate.
 func (a *admission) enter() error {
-	a.gate.Add(1)
-	a.mu.Lock()
-	closing := a.closing
-	a.mu.Unlock()
-	if closing {
-		a.releaseGate()
+	if !a.gate.enter() {
 		return errClosed
 	}
 	return nil
-}
-
-// isClosing reports whether Close has begun.
-func (a *admission) isClosing() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.closing
 }
 
 // refusal builds a refusal with the capacity state; a.mu is held.
@@ -306,39 +275,13 @@ func (a *admission) release(c *cost) {
 	a.releaseGate()
 }
 
-func (a *admission) releaseGate() {
-	if a.gate.Add(-1) == 0 {
-		a.mu.Lock()
-		if a.closing && a.idle != nil {
-			close(a.idle)
-			a.idle = nil
-		}
-		a.mu.Unlock()
-	}
-}
+func (a *admission) releaseGate() { a.gate.leave() }
+
+// isClosing reports whether Close has begun.
+func (a *admission) isClosing() bool { return a.gate.isClosing() }
 
 // drain stops admission and waits until nothing is in flight.
-func (a *admission) drain() {
-	a.mu.Lock()
-	a.closing = true
-	if a.gate.Load() == 0 {
-		a.mu.Unlock()
-		return
-	}
-	idle := make(chan struct{})
-	a.idle = idle
-	a.mu.Unlock()
-	// The last release may have run between the check and a.idle being set.
-	if a.gate.Load() == 0 {
-		a.mu.Lock()
-		if a.idle != nil {
-			close(a.idle)
-			a.idle = nil
-		}
-		a.mu.Unlock()
-	}
-	<-idle
-}
+func (a *admission) drain() { a.gate.drain() }
 
 // inFlight returns the records and bytes admitted and not yet acknowledged.
 func (a *admission) inFlight() (int, int64) {

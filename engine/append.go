@@ -172,16 +172,6 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 		return cost{records: len(entries), bytes: bytes}, false, nil, nil
 	}
 	c = cost{records: len(entries), bytes: bytes, anchors: make(map[string]int, 1)}
-	for i := range entries {
-		if len(entries[i].IdempotencyKey) > 0 {
-			// The keys are looked up in the index: not after Close closed it.
-			if err := db.adm.enter(); err != nil {
-				return c, false, nil, err
-			}
-			defer db.adm.releaseGate()
-			break
-		}
-	}
 	dups := 0
 	for i := range entries {
 		e := &entries[i]
@@ -234,6 +224,12 @@ func (db *DB) knownIdem(anchor string, key []byte) (e idemEntry, found, pending 
 		// Acknowledged but not yet applied is committed, not in flight.
 		return pi.idemEntry, true, pi.group > db.vis.acked.Load(), nil
 	}
+	// A read of the index, which Close waits for before it closes it: the
+	// append is not admitted yet, so admission's gate does not hold Close.
+	if !db.reads.enter() {
+		return e, false, false, errClosed
+	}
+	defer db.reads.leave()
 	e, found, err = db.lookupIdem(anchor, key)
 	return e, found, false, err
 }

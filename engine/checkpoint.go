@@ -74,12 +74,6 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 	if err != nil {
 		return nil, nil, err
 	}
-	// It reads the index and settles: Close, which closes the index once
-	// drained (Pebble panics on a closed DB), waits for it.
-	if err := db.adm.enter(); err != nil {
-		return nil, nil, err
-	}
-	defer db.adm.releaseGate()
 	if db.closed.Load() {
 		return nil, nil, errClosed
 	}

@@ -68,8 +68,8 @@ type DB struct {
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
 	ingesting atomic.Pointer[map[string]bool]
-	// reads holds Close off the index while reads use it (readgate.go).
-	reads readGate
+	// reads holds Close off the index while reads use it (closegate.go).
+	reads closeGate
 	// checkpointMu makes checkpoint creation one at a time: each must see
 	// the one before it (it was one lock for the whole process, held across
 	// a settle's fsyncs since checkpoints sign only durable records).
