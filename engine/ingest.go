@@ -328,13 +328,8 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 	h := blake3.Sum256(rec.IdempotencyKey)
 	_, found := c.seen[h]
 	if !found {
-		c.db.idemMu.Lock()
-		_, found = c.db.pendingIdem[c.s.id+"\x00"+string(rec.IdempotencyKey)]
-		c.db.idemMu.Unlock()
-	}
-	if !found {
 		var err error
-		if _, found, err = c.db.lookupIdem(c.s.id, rec.IdempotencyKey); err != nil {
+		if _, found, _, err = c.db.knownIdem(c.s.id, rec.IdempotencyKey); err != nil {
 			return err
 		}
 	}

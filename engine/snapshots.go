@@ -406,6 +406,23 @@ func (db *DB) lastInMergedOrder(f merge.Frontier) (mergedPos, error) {
 	return last, nil
 }
 
+// openScratch opens a throwaway Pebble store, without a WAL, in a directory
+// of its own under the database's tmp directory (which Open clears, should
+// a process end before done runs); done closes and removes it.
+func (db *DB) openScratch(purpose string) (store *pebble.DB, done func(), err error) {
+	var tag [8]byte
+	_, _ = rand.Read(tag[:])
+	dir := db.fs.PathJoin(db.dir, "tmp", purpose+"-"+hex.EncodeToString(tag[:]))
+	store, err = pebble.Open(dir, &pebble.Options{FS: db.fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
+	if err != nil {
+		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s store", purpose)
+	}
+	return store, func() {
+		_ = store.Close()
+		_ = db.fs.RemoveAll(dir)
+	}, nil
+}
+
 // errBaseOrder stops a replay from a base that a record after the base's
 // frontier sorts before: the base's state already holds what merged order
 // puts after that record, so the base cannot be a prefix of the replay.
@@ -421,17 +438,11 @@ var errBaseOrder = errors.New("a record after the base snapshot's frontier sorts
 // appended after the base was taken can sort before records in it. The
 // replay then stops with errBaseOrder.
 func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.Info, after merge.Frontier, last mergedPos) (uint64, segment.Hash, error) {
-	var tag [8]byte
-	_, _ = rand.Read(tag[:])
-	dir := db.fs.PathJoin(db.dir, "tmp", "replay-"+hex.EncodeToString(tag[:]))
-	scratch, err := pebble.Open(dir, &pebble.Options{FS: db.fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
+	scratch, done, err := db.openScratch("replay")
 	if err != nil {
-		return 0, segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "open replay store")
+		return 0, segment.Hash{}, err
 	}
-	defer func() {
-		_ = scratch.Close()
-		_ = db.fs.RemoveAll(dir)
-	}()
+	defer done()
 	b := scratch.NewBatch()
 	if base != nil {
 		s, err := snapshot.Open(db.fs, base.Path)

@@ -325,7 +325,7 @@ func (v *verifier) planCheckpointRoots() {
 
 func (v *verifier) close() {
 	if v.hist != nil {
-		v.hist.close(v)
+		v.hist.close()
 		v.hist = nil
 	}
 	if v.snap != nil {

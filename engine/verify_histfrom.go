@@ -2,8 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -62,8 +60,8 @@ import (
 
 // histCheck is the scratch store of one Verify run's history check.
 type histCheck struct {
-	dir   string
 	store *pebble.DB
+	done  func() // closes and removes the store
 }
 
 // The values of the scratch store: a version's type, seq and whether its
@@ -83,22 +81,15 @@ func (v *verifier) openHistCheck() error {
 			}
 		}
 	}
-	db := v.db
-	var tag [8]byte
-	_, _ = rand.Read(tag[:])
-	dir := db.fs.PathJoin(db.dir, "tmp", "verify-"+hex.EncodeToString(tag[:]))
-	store, err := pebble.Open(dir, &pebble.Options{FS: db.fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
+	store, done, err := v.db.openScratch("verify")
 	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "open verify store")
+		return err
 	}
-	v.hist = &histCheck{dir: dir, store: store}
+	v.hist = &histCheck{store: store, done: done}
 	return nil
 }
 
-func (h *histCheck) close(v *verifier) {
-	_ = h.store.Close()
-	_ = v.db.fs.RemoveAll(h.dir)
-}
+func (h *histCheck) close() { h.done() }
 
 // histBatch returns the anchor's batch into the scratch store, or nil when
 // there is no history check.
