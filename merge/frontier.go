@@ -276,34 +276,9 @@ func (f *Frontier) UnmarshalJSON(b []byte) error {
 	}
 	// Every string of the object is an id (a seq is a number), so the ids
 	// hold exactly as many U+FFFD as the input spells, or one was made up.
-	if replacements > spelledReplacements(b) {
+	if replacements > jsonobj.SpelledReplacements(b) {
 		return bad("an anchor id holds a lone or unpaired UTF-16 surrogate escape, which is not a character")
 	}
 	*f = out
 	return nil
-}
-
-// spelledReplacements counts the U+FFFD that JSON text spells: the literal
-// character and the escapes \ufffd (any case), an escaped backslash being
-// skipped whole so that "\\ufffd" is not counted. (The importer's check of
-// its string fields, in cmd/anchordb, is the same.)
-func spelledReplacements(b []byte) int {
-	n := 0
-	for i := 0; i < len(b); {
-		if b[i] == '\\' && i+1 < len(b) {
-			if b[i+1] == 'u' && i+6 <= len(b) && strings.EqualFold(string(b[i+2:i+6]), "fffd") {
-				n++
-				i += 6
-			} else {
-				i += 2 // \\, \", \n, … and the first two bytes of other \uXXXX
-			}
-			continue
-		}
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size == 3 {
-			n++
-		}
-		i += size
-	}
-	return n
 }

@@ -632,34 +632,10 @@ func decodeString(raw json.RawMessage, name string) (s string, isString bool, er
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", true, errs.New(errs.CodeInvalidInput, "%q is not a valid JSON string: %v", name, err)
 	}
-	if strings.Count(s, "\uFFFD") > spelledReplacements(raw) {
+	if strings.Count(s, "\uFFFD") > jsonobj.SpelledReplacements(raw) {
 		return "", true, errs.New(errs.CodeInvalidInput, `%q holds a lone or unpaired UTF-16 surrogate escape, which is not a character (write bytes as {"b64":"…"})`, name)
 	}
 	return s, true, nil
-}
-
-// spelledReplacements counts the U+FFFD a JSON string token spells: the
-// literal character and the escapes \ufffd (any case), an escaped
-// backslash being skipped whole so that "\\ufffd" is not counted.
-func spelledReplacements(tok []byte) int {
-	n := 0
-	for i := 0; i < len(tok); {
-		if tok[i] == '\\' && i+1 < len(tok) {
-			if tok[i+1] == 'u' && i+6 <= len(tok) && strings.EqualFold(string(tok[i+2:i+6]), "fffd") {
-				n++
-				i += 6
-			} else {
-				i += 2 // \\, \", \n, … and the first two bytes of other \uXXXX
-			}
-			continue
-		}
-		r, size := utf8.DecodeRune(tok[i:])
-		if r == utf8.RuneError && size == 3 {
-			n++
-		}
-		i += size
-	}
-	return n
 }
 
 // bytesField reads a byte string: a JSON string (its UTF-8 bytes) or
