@@ -100,6 +100,55 @@ func reference(t *rapid.T, db *DB, f merge.Frontier) ([]segment.Record, map[stri
 	return all, state
 }
 
+// checkAgainstReplay checks db against a replay of every record inside f
+// sorted by (counter, anchor id bytes): the merged view (positions dense
+// from 1), Get of the keys k0..k5, and GetAt at a random prefix of every
+// log. It returns the reference order.
+func checkAgainstReplay(t *rapid.T, db *DB, f merge.Frontier) []segment.Record {
+	ctx := context.Background()
+	want, state := reference(t, db, f)
+	var got []segment.Record
+	for p, err := range db.Merged(ctx, MergedOptions{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Pos != uint64(len(got)+1) {
+			t.Fatalf("position %d at index %d", p.Pos, len(got))
+		}
+		got = append(got, p.Record)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("merged %d records, reference %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].Hash != want[i].Hash {
+			t.Fatalf("position %d: %s/%d, reference %s/%d", i+1, got[i].Anchor, got[i].Seq, want[i].Anchor, want[i].Seq)
+		}
+	}
+	for k := 0; k < 6; k++ {
+		key := fmt.Sprintf("k%d", k)
+		v, err := db.Get(ctx, []byte(key))
+		w, ok := state[key]
+		if ok != (err == nil) || (ok && string(v.Value) != w) {
+			t.Fatalf("get %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
+		}
+	}
+	half := merge.Frontier{}
+	for a, s := range f {
+		half[a] = rapid.Uint64Range(0, s).Draw(t, "cut")
+	}
+	_, hstate := reference(t, db, half)
+	for k := 0; k < 6; k++ {
+		key := fmt.Sprintf("k%d", k)
+		v, err := db.GetAt(ctx, []byte(key), half)
+		w, ok := hstate[key]
+		if ok != (err == nil) || (ok && string(v.Value) != w) || (!ok && !errors.Is(err, ErrNotFound)) {
+			t.Fatalf("getat %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
+		}
+	}
+	return want
+}
+
 func TestMergedOrderIsDeterministic(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		plan := genLogs(t)
@@ -129,47 +178,7 @@ func TestMergedOrderIsDeterministic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, state := reference(t, db, f)
-			var got []segment.Record
-			for p, err := range db.Merged(ctx, MergedOptions{}) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				if p.Pos != uint64(len(got)+1) {
-					t.Fatalf("position %d at index %d", p.Pos, len(got))
-				}
-				got = append(got, p.Record)
-			}
-			if len(got) != len(want) {
-				t.Fatalf("merged %d records, reference %d", len(got), len(want))
-			}
-			for i := range got {
-				if got[i].Hash != want[i].Hash {
-					t.Fatalf("position %d: %s/%d, reference %s/%d", i+1, got[i].Anchor, got[i].Seq, want[i].Anchor, want[i].Seq)
-				}
-			}
-			for k := 0; k < 6; k++ {
-				key := fmt.Sprintf("k%d", k)
-				v, err := db.Get(ctx, []byte(key))
-				w, ok := state[key]
-				if ok != (err == nil) || (ok && string(v.Value) != w) {
-					t.Fatalf("get %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
-				}
-			}
-			// A frontier of a prefix of each log: GetAt equals a replay of it.
-			half := merge.Frontier{}
-			for a, s := range f {
-				half[a] = rapid.Uint64Range(0, s).Draw(t, "cut")
-			}
-			_, hstate := reference(t, db, half)
-			for k := 0; k < 6; k++ {
-				key := fmt.Sprintf("k%d", k)
-				v, err := db.GetAt(ctx, []byte(key), half)
-				w, ok := hstate[key]
-				if ok != (err == nil) || (ok && string(v.Value) != w) || (!ok && !errors.Is(err, ErrNotFound)) {
-					t.Fatalf("getat %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
-				}
-			}
+			want := checkAgainstReplay(t, db, f)
 			root, n, err := db.MergedRoot(ctx, nil)
 			if err != nil || n != uint64(len(want)) {
 				t.Fatalf("merged root: %v n=%d", err, n)

@@ -2,12 +2,8 @@ package engine
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"testing"
 
-	"github.com/anchordb/anchordb/merge"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"pgregory.net/rapid"
 )
@@ -70,43 +66,7 @@ func TestReviewIngestedMergedViewMatchesReplay(t *testing.T) {
 		if f.Total() != uint64(len(plan)) {
 			t.Fatalf("frontier holds %d records, %d were written", f.Total(), len(plan))
 		}
-		want, state := reference(t, dst, f)
-		var got []segment.Record
-		for p, err := range dst.Merged(ctx, MergedOptions{}) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			got = append(got, p.Record)
-		}
-		if len(got) != len(want) {
-			t.Fatalf("merged %d records, reference %d", len(got), len(want))
-		}
-		for i := range got {
-			if got[i].Hash != want[i].Hash {
-				t.Fatalf("position %d: %s/%d, reference %s/%d", i+1, got[i].Anchor, got[i].Seq, want[i].Anchor, want[i].Seq)
-			}
-		}
-		for k := 0; k < 6; k++ {
-			key := fmt.Sprintf("k%d", k)
-			v, err := dst.Get(ctx, []byte(key))
-			w, ok := state[key]
-			if ok != (err == nil) || (ok && string(v.Value) != w) {
-				t.Fatalf("get %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
-			}
-		}
-		half := merge.Frontier{}
-		for a, s := range f {
-			half[a] = rapid.Uint64Range(0, s).Draw(t, "cut")
-		}
-		_, hstate := reference(t, dst, half)
-		for k := 0; k < 6; k++ {
-			key := fmt.Sprintf("k%d", k)
-			v, err := dst.GetAt(ctx, []byte(key), half)
-			w, ok := hstate[key]
-			if ok != (err == nil) || (ok && string(v.Value) != w) || (!ok && !errors.Is(err, ErrNotFound)) {
-				t.Fatalf("getat %s = %q %v, reference %q %v", key, v.Value, err, w, ok)
-			}
-		}
+		checkAgainstReplay(t, dst, f)
 		// The clock moved past what arrived: a default-counter write wins.
 		for _, a := range []string{"Z", "local"} {
 			if _, err := dst.Put(ctx, a, []byte("k0"), []byte("last "+a)); err != nil {
