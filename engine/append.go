@@ -58,8 +58,17 @@ const MaxCounter = math.MaxInt64
 // counter near MaxCounter would leave the clock nowhere to go, and every
 // later default-counter append on every anchor would be refused. Above this
 // one, 2^62 default counters are still left. Records that arrive verbatim
-// (ingest) keep their counters up to MaxCounter.
+// (ingest) keep their counters, up to MaxIngestCounter.
 const MaxCallerCounter = MaxCounter / 2
+
+// MaxIngestCounter is the largest counter Ingest accepts in an arriving
+// log. An honest log's counters are callers' (at most MaxCallerCounter) or
+// its clock's, one above the highest it had seen, so they exceed
+// MaxCallerCounter by at most the number of appends made since: 2^48 is
+// more than any deployment makes. A source that claims more would move our
+// clock to the end of the format and refuse every later default-counter
+// append; past this bound, about 2^62 are still left.
+const MaxIngestCounter = MaxCallerCounter + 1<<48
 
 // Put appends a put of key=value to the anchor's log.
 func (db *DB) Put(ctx context.Context, anchor string, key, value []byte, opts ...WriteOption) (Receipt, error) {

@@ -293,8 +293,10 @@ var errStopScan = errors.New("stop scan")
 // append of s — its records after seq had, whose hashes and links the scan
 // checks — against the rules an append keeps and a hash does not: counters
 // strictly increasing from ours (last, the counter of our seq had) and at
-// most MaxCounter (INT_002, as verify reports it), and each idempotency key
-// used once in the anchor (STATE_002). A log that breaks one is refused in
+// most MaxCounter (INT_002, as verify reports it), at most MaxIngestCounter
+// (INPUT_001: a log may hold it, we do not take it), each idempotency key
+// used once in the anchor (STATE_002), and keys, values and idempotency keys
+// within this database's limits (INPUT_001). A log that breaks one is refused in
 // pass 1, before anything of any anchor is joined; pass 2 would refuse it
 // only after joining what came before it. The first finding is kept in err
 // and the scan goes on, so that a fork is reported as one.
@@ -317,9 +319,23 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 		c.err = e
 		return nil
 	}
+	// The source may have run with larger limits than ours: a record we
+	// would refuse from a caller is refused from a log too (SPEC §9), or
+	// our own reads, exports and imports would meet what they never accept.
+	if err := segment.ValidateContent(rec.Anchor, rec.Type, rec.Key, rec.Value, rec.IdempotencyKey, c.db.opts.Limits); err != nil {
+		why := err.Error()
+		if e, ok := err.(*errs.Error); ok {
+			why = e.Message
+		}
+		return refuse(errs.CodeInvalidInput, "anchor %q arrives at seq %d with a record over this database's limits: %s", c.s.id, rec.Seq, why)
+	}
 	if rec.Counter <= c.last || rec.Counter > MaxCounter {
 		return refuse(errs.CodeChainBroken, "anchor %q arrives with counter %d at seq %d, not above %d of the record before it (or above the format's %d)",
 			c.s.id, rec.Counter, rec.Seq, c.last, uint64(MaxCounter))
+	}
+	if rec.Counter > MaxIngestCounter {
+		return refuse(errs.CodeInvalidInput, "anchor %q arrives with counter %d at seq %d, above the %d an ingest accepts (an honest log stays far below it; accepting it would exhaust the Lamport clock)",
+			c.s.id, rec.Counter, rec.Seq, uint64(MaxIngestCounter))
 	}
 	c.last = rec.Counter
 	if len(rec.IdempotencyKey) == 0 {

@@ -1,13 +1,16 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -230,5 +233,100 @@ func TestIngestStoppedSaysWhatItJoined(t *testing.T) {
 	}
 	if want := fmt.Sprintf("%d appended in all", held); !strings.Contains(err.Error(), want) {
 		t.Fatalf("the error does not say %q: %v", want, err)
+	}
+}
+
+// TestIngestRefusesRecordsOverOurLimits: a source that ran with larger
+// limits cannot bring in a key, value or idempotency key this database
+// would refuse from a caller; the refusal comes before anything of any
+// anchor is joined.
+func TestIngestRefusesRecordsOverOurLimits(t *testing.T) {
+	ctx := context.Background()
+	big := segment.Limits{MaxKey: 1 << 10, MaxValue: 1 << 16, MaxIdempotencyKey: 512}
+	small := segment.Limits{MaxKey: 64, MaxValue: 1 << 10, MaxIdempotencyKey: 32}
+	for _, tc := range []struct {
+		name            string
+		key, value, idk []byte
+		limit           string
+	}{
+		{"key", bytes.Repeat([]byte("k"), 65), []byte("v"), nil, "limit 64"},
+		{"value", []byte("k"), bytes.Repeat([]byte("v"), 1<<10+1), nil, "limit 1024"},
+		{"idempotency key", []byte("k"), []byte("v"), bytes.Repeat([]byte("i"), 33), "limit 32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			src, err := Open("src", Options{FS: fs, Limits: big})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A good anchor first: the refusal must leave it out too.
+			if _, err := src.Put(ctx, "good", []byte("a"), []byte("1")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := src.Put(ctx, "over", []byte("fine"), []byte("1")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := src.Append(ctx, Entry{Anchor: "over", Type: segment.TypePut, Key: tc.key, Value: tc.value, IdempotencyKey: tc.idk}); err != nil {
+				t.Fatal(err)
+			}
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			dst, err := Open("dst", Options{FS: fs, Limits: small})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			_, err = dst.Ingest(ctx, "src", IngestOptions{})
+			var e *errs.Error
+			if errs.CodeOf(err) != errs.CodeInvalidInput || !errors.As(err, &e) || e.Anchor != "over" || e.Seq != 2 ||
+				!strings.Contains(err.Error(), tc.limit) {
+				t.Fatalf("ingest: %v, want INPUT_001 for anchor over at seq 2 naming %q", err, tc.limit)
+			}
+			if testing.Verbose() {
+				t.Log(err)
+			}
+			for info, err := range dst.Anchors(ctx) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Fatalf("a refused ingest joined anchor %q", info.ID)
+			}
+		})
+	}
+}
+
+// TestIngestCounterBound: an arriving counter above MaxIngestCounter is
+// refused with INPUT_001 before anything is joined (it would exhaust our
+// Lamport clock); one at the bound is joined, and default-counter appends
+// go on after it on every anchor.
+func TestIngestCounterBound(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	src := openAt(t, fs, "src")
+	writeSome(t, src, []string{"good"}, 3, "src")
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	forgeAnchor(t, fs, "src", "high", forgedPuts(1, MaxIngestCounter+1))
+	dst := openAt(t, fs, "dst")
+	defer dst.Close()
+	_, err := dst.Ingest(ctx, "src", IngestOptions{})
+	if errs.CodeOf(err) != errs.CodeInvalidInput || !strings.Contains(err.Error(), strconv.FormatUint(MaxIngestCounter, 10)) {
+		t.Fatalf("ingest of counter MaxIngestCounter+1: %v, want INPUT_001 naming the bound", err)
+	}
+	if held := heldRecords(t, dst); len(held) != 0 {
+		t.Fatalf("a refused ingest joined %v", held)
+	}
+
+	forgeAnchor(t, fs, "src", "high", forgedPuts(1, MaxIngestCounter))
+	if _, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil {
+		t.Fatalf("ingest of counter MaxIngestCounter: %v", err)
+	}
+	for i, anchor := range []string{"good", "high", "new"} {
+		r, err := dst.Put(ctx, anchor, []byte("k"), []byte("v"))
+		if want := MaxIngestCounter + 1 + uint64(i); err != nil || r.Counter != want {
+			t.Fatalf("default counter on %q after the ingest: %+v %v, want counter %d", anchor, r, err, want)
+		}
 	}
 }
