@@ -64,27 +64,40 @@ func (t *treeReader) checkSize(size uint64) (uint64, error) {
 	return size, nil
 }
 
-// record reads record seq from its segment, checked against its hash and
-// the snapshot's 's' row.
-func (t *treeReader) record(ctx context.Context, seq uint64) (segment.Record, error) {
+// leaf returns the hash of record seq: the Merkle leaf's input. A record
+// still in its segment is read and checked against its hash and the
+// snapshot's 's' row. A truncated record's row is all that is left of it,
+// kept for this: its hash is the leaf, and the proof built from it is
+// checked by whoever holds the root, not by trusting us.
+func (t *treeReader) leaf(ctx context.Context, seq uint64) (segment.Hash, error) {
 	if err := ctx.Err(); err != nil {
-		return segment.Record{}, err
+		return segment.Hash{}, err
 	}
 	v, closer, err := t.snap.Get(seqKey(t.anchor, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return segment.Record{}, errs.New(errs.CodeIndexMismatch, "anchor %q: no index row for seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
+		return segment.Hash{}, errs.New(errs.CodeIndexMismatch, "anchor %q: no index row for seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
 	}
 	if err != nil {
-		return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+		return segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
 	e, err := decodeSeqEntry(v)
 	closer.Close()
 	if err != nil {
-		return segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
+		return segment.Hash{}, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
+	}
+	if e.Size == 0 {
+		return e.Hash, nil
 	}
 	fr := t.db.newFrameReader(t.anchor)
 	defer fr.close()
-	return fr.read(seq, e)
+	rec, err := fr.read(seq, e)
+	if errs.CodeOf(err) == errs.CodeDependencyMissing {
+		// A compaction truncated the segment after the snapshot was taken
+		// (the reader found the live row truncated and no kept copy): the
+		// snapshot's row still holds the hash.
+		return e.Hash, nil
+	}
+	return rec.Hash, err
 }
 
 // sameAsMemory checks a root the index gives at the current size against
@@ -101,8 +114,9 @@ func (t *treeReader) sameAsMemory(size uint64, root segment.Hash) error {
 
 // ProveInclusion returns the proof that record seq of anchor is in the
 // anchor's tree of the given size (0: the current size), in the SPEC §10
-// shape. The record is read from its segment and checked, and the proof is
-// built from the index. An unknown anchor, a size beyond the anchor's or a
+// shape. The record is read from its segment and checked (a truncated
+// record's hash comes from its index row), and the proof is built from the
+// index. An unknown anchor, a size beyond the anchor's or a
 // seq beyond the size is STATE_003; seq 0 or a bad anchor id INPUT_001.
 func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint64) (*proof.InclusionProof, error) {
 	if err := db.beginRead(ctx); err != nil {
@@ -123,11 +137,11 @@ func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint6
 	if seq > size {
 		return nil, errs.New(errs.CodeDependencyMissing, "anchor %q: seq %d is not in the tree of size %d", anchor, seq, size).At(anchor, seq, "", 0)
 	}
-	rec, err := t.record(ctx, seq)
+	leaf, err := t.leaf(ctx, seq)
 	if err != nil {
 		return nil, err
 	}
-	p, err := proof.ProveInclusion(ctx, t.store(), anchor, seq, size, rec.Hash)
+	p, err := proof.ProveInclusion(ctx, t.store(), anchor, seq, size, leaf)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/transparency-dev/merkle/compact"
 	merkleproof "github.com/transparency-dev/merkle/proof"
 )
@@ -156,4 +157,80 @@ func raw(hs []segment.Hash) [][]byte {
 		out[i] = append([]byte(nil), hs[i][:]...)
 	}
 	return out
+}
+
+// TestProveInclusionOfTruncatedRecords: a record whose segment a compaction
+// removed (and of which no copy was kept) is still provable: its index row
+// holds its hash, and the proof checks against the root the anchor had
+// before the cut, with the leaf it had then. (Until stop 20 it was STATE_003.)
+func TestProveInclusionOfTruncatedRecords(t *testing.T) {
+	ctx := context.Background()
+	db, err := Open("db", fixtureOptions(vfs.NewMem()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	// A few keys written over and over: each truncated segment keeps a
+	// copy of only its last version of each, the rest is gone.
+	for i := 0; i < 400; i++ {
+		if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%2), []byte(fmt.Sprintf("k%d", i%3)), []byte(fmt.Sprintf("v%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type before struct {
+		size   uint64
+		root   segment.Hash
+		hashes []segment.Hash
+	}
+	was := map[string]before{}
+	for info, err := range db.Anchors(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b before
+		for rec, err := range db.Log(ctx, info.ID, 1, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.hashes = append(b.hashes, rec.Hash)
+		}
+		root, size, err := db.AnchorRoot(ctx, info.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.root, b.size = root, size
+		was[info.ID] = b
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	truncated := 0
+	for anchor, b := range was {
+		first, err := db.firstPresent(anchor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= b.size; seq++ {
+			if _, err := db.Record(ctx, anchor, seq); errs.CodeOf(err) == errs.CodeDependencyMissing {
+				truncated++
+			} else if err != nil {
+				t.Fatalf("record %s seq %d: %v", anchor, seq, err)
+			}
+			p, err := db.ProveInclusion(ctx, anchor, seq, b.size)
+			if err != nil {
+				t.Fatalf("prove %s seq %d (log starts at %d): %v", anchor, seq, first, err)
+			}
+			if p.Leaf != b.hashes[seq-1] || p.Root != b.root {
+				t.Fatalf("prove %s seq %d: leaf %s root %s, want %s and %s", anchor, seq, p.Leaf, p.Root, b.hashes[seq-1], b.root)
+			}
+			if err := proof.VerifyInclusionProof(p); err != nil {
+				t.Fatalf("prove %s seq %d: %v", anchor, seq, err)
+			}
+		}
+	}
+	if truncated < 100 {
+		t.Fatalf("only %d records are gone with no copy kept: the test proves too little", truncated)
+	}
 }
