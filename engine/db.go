@@ -319,12 +319,10 @@ func (db *DB) open() error {
 	}
 	db.clock.Store(clock)
 	stale := false
-	if clean == 1 && !fresh {
-		// A clean index must be the one the last session closed: its settle
-		// point names the newest journal file. An older copy of the index
-		// (restored from a backup, say) also says clean, and would hide
-		// everything written since; recover instead.
-		if stale, err = db.indexIsStale(); err != nil {
+	if !fresh {
+		// An older copy of the index (restored from a backup, say) would
+		// hide everything written since: see indexIsStale.
+		if stale, err = db.indexIsStale(clean == 1); err != nil {
 			return err
 		}
 		if stale {
@@ -556,9 +554,17 @@ func (db *DB) startJournal() error {
 	return db.recordSettled(journal.Pos{Gen: gen})
 }
 
-// indexIsStale reports whether the journal holds a file newer than the
-// index's settle point.
-func (db *DB) indexIsStale() (bool, error) {
+// indexIsStale reports whether the index is an older copy than the one the
+// journal was last settled against. Journal files before a settle point
+// are removed only after an index holding that point is durable, so the
+// index that was last settled names a journal file that still exists (or
+// one newer than all). A settle point older than every journal file means
+// that a later settle happened and this index has not seen it, whether or
+// not the copy was taken while the database was open. A clean index must
+// also be the one the last session closed: its settle point names the
+// newest journal file (after a crash, an unclean one may name an older
+// file, the journal having moved on since).
+func (db *DB) indexIsStale(clean bool) (bool, error) {
 	b, ok, err := db.metaBytes(metaSettled)
 	if err != nil || !ok {
 		return false, err
@@ -571,7 +577,10 @@ func (db *DB) indexIsStale() (bool, error) {
 	if err != nil {
 		return false, errs.Wrap(errs.CodeWriteFailed, err, "list the journal")
 	}
-	return len(gens) > 0 && gens[len(gens)-1] > at.Gen, nil
+	if len(gens) == 0 {
+		return false, nil
+	}
+	return at.Gen < gens[0] || clean && gens[len(gens)-1] > at.Gen, nil
 }
 
 // IDFile holds the database id under the root. The id names the database in

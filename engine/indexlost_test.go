@@ -125,6 +125,119 @@ func TestIndexLostOrStale(t *testing.T) {
 		checkDB(t, db, append(all, ackedEntry{Receipt: r}))
 	})
 
+	t.Run("behind, copied while open", func(t *testing.T) {
+		// An older copy taken while the database was open (so it is not
+		// marked clean), restored after the journal files past its settle
+		// point were dropped: the records settled in between are in the
+		// segments only. They must be adopted, not cut as a torn tail.
+		mem := vfs.NewMem()
+		acks := &ackLog{}
+		db := mustOpen(t, mem, opts)
+		if err := workload(ctx, db, 3, 10, acks); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		old := vfs.NewMem()
+		copyTree(t, mem, "db/"+IndexDir, old, "index")
+		if err := workload(ctx, db, 3, 10, acks); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		build(t, mem, acks, 12, "b")
+		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
+			t.Fatal(err)
+		}
+		copyTree(t, old, "index", mem, "db/"+IndexDir)
+
+		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
+		if err != nil {
+			t.Fatalf("open with an older unclean index: %v", err)
+		}
+		defer db.Close()
+		stale := false
+		for _, ev := range db.RecoveryReport().Events {
+			if ev.Kind == EventDamaged || ev.Kind == EventCut {
+				t.Errorf("recovery behind an older index reported %s: %+v", ev.Kind, ev)
+			}
+			stale = stale || ev.Kind == EventStaleIndex
+		}
+		if !stale {
+			t.Errorf("an index older than every journal file was not called stale: %+v", db.RecoveryReport().Events)
+		}
+		checkDB(t, db, acks.snapshot())
+	})
+
+	t.Run("behind, copied while open, damage past its end", func(t *testing.T) {
+		// The same older unclean copy, and a frame in the middle of what it
+		// never indexed is damaged. Those records were settled long ago and
+		// their journal dropped: the damage is reported, never cut as a
+		// torn tail with the settled records after it.
+		mem := vfs.NewMem()
+		db := mustOpen(t, mem, opts)
+		put := func(db *DB, anchor string, n int) {
+			for i := 0; i < n; i++ {
+				if _, err := db.Put(ctx, anchor, []byte(fmt.Sprintf("k%d", i)), bytes.Repeat([]byte("v"), 60)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		put(db, "x", 3)
+		if err := db.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		old := vfs.NewMem()
+		copyTree(t, mem, "db/"+IndexDir, old, "index")
+		put(db, "x", 20)
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		db = mustOpen(t, mem, opts)
+		put(db, "y", 5)
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
+			t.Fatal(err)
+		}
+		copyTree(t, old, "index", mem, "db/"+IndexDir)
+		segs := segmentFiles(t, mem, "db", "x")
+		newest := segs[len(segs)-1]
+		_, offs, _ := frames(t, mem, newest)
+		if len(offs) < 6 {
+			t.Fatalf("x's newest segment holds %d records", len(offs))
+		}
+		hit := offs[len(offs)-3] + 20
+		patchFile(t, mem, newest, func(b []byte) []byte { b[hit] ^= 0xFF; return b })
+		size := fileSize(t, mem, newest)
+
+		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
+		if err != nil {
+			if CodeOf(err) == "" {
+				t.Fatalf("open: uncoded error %v", err)
+			}
+			t.Logf("open refused: %v", err)
+		} else {
+			defer db.Close()
+			damaged := false
+			for _, ev := range db.RecoveryReport().Events {
+				if ev.Kind == EventCut {
+					t.Errorf("damage behind an older index was cut as a torn tail: %+v", ev)
+				}
+				damaged = damaged || ev.Kind == EventDamaged && ev.Anchor == "x"
+			}
+			if !damaged {
+				t.Errorf("the damaged frame was not reported: %+v", db.RecoveryReport().Events)
+			}
+		}
+		if got := fileSize(t, mem, newest); got != size {
+			t.Fatalf("x's newest segment went from %d to %d bytes", size, got)
+		}
+	})
+
 	t.Run("ahead", func(t *testing.T) {
 		// The index knows records that the segments no longer hold (the
 		// newest segment of an anchor lost its last records): never serve
@@ -179,4 +292,13 @@ func TestIndexLostOrStale(t *testing.T) {
 			t.Fatalf("append %+v after the index ran ahead left a segment that does not scan: %v", r, err)
 		}
 	})
+}
+
+func fileSize(t testing.TB, fs vfs.FS, path string) int64 {
+	t.Helper()
+	st, err := fs.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }
