@@ -135,7 +135,8 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if err := proof.CheckVerifierKeys(opts.VerifierKeys...); err != nil {
 		return VerifyReport{}, fmt.Errorf("verify: %w", err)
 	}
-	v := &verifier{db: db, opts: opts, parent: ctx, seeds: newDigestSeeds()}
+	v := &verifier{db: db, opts: opts, parent: ctx, seeds: newDigestSeeds(),
+		retained: newRowSpill(db, "verify-kept"), deferred: newRowSpill(db, "verify-deferred")}
 	v.ctx, v.cancel = context.WithCancel(ctx)
 	defer v.cancel()
 	if opts.From != nil {
@@ -175,8 +176,8 @@ type verifier struct {
 	stored     []StoredCheckpoint
 
 	kActual  map[string]*rowDigest // 'k' rows found, per anchor (k pass)
-	retained []retainedRow         // 'k' rows kept for truncated records
-	deferred []retainedRow         // 'k' rows a rebuild from a snapshot wrote
+	retained *rowSpill             // 'k' rows kept for truncated records
+	deferred *rowSpill             // 'k' rows a rebuild from a snapshot wrote
 	histFrom map[string]uint64     // per anchor: history up to here came from a snapshot
 	hist     *histCheck            // the state at histFrom, when this run checks it
 
@@ -324,6 +325,8 @@ func (v *verifier) planCheckpointRoots() {
 }
 
 func (v *verifier) close() {
+	v.retained.close()
+	v.deferred.close()
 	if v.hist != nil {
 		v.hist.close()
 		v.hist = nil

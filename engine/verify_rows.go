@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -191,12 +190,19 @@ func (v *verifier) keyRowPass() {
 			}
 			continue
 		}
+		var later *rowSpill
 		switch versionKind(it.Value()) {
 		case versionRetained:
-			v.retained = append(v.retained, retainedRow{anchor: string(anchor), key: slices.Clone(k), value: slices.Clone(it.Value())})
-			continue
+			later = v.retained
 		case versionDeferred:
-			v.deferred = append(v.deferred, retainedRow{anchor: string(anchor), key: slices.Clone(k), value: slices.Clone(it.Value())})
+			later = v.deferred
+		}
+		if later != nil {
+			ve, _ := decodeVersionEntry(it.Value())
+			if err := later.add(anchor, ve.Seq, k, it.Value()); err != nil {
+				v.fail(err)
+				return
+			}
 			continue
 		}
 		d.add(&v.seeds, &buf, k, it.Value())
@@ -502,15 +508,9 @@ func versionKind(v []byte) int {
 // state at its frontier: each must lie within that frontier and say what the
 // record at its seq says.
 func (v *verifier) checkDeferred() {
-	// In record order, so one reader per anchor goes through its segments
-	// once: a reader per row read 256 KiB for each of them, which made
-	// verify after a rebuild of 1M records take minutes.
-	seqs := make([]uint64, len(v.deferred))
-	for i, r := range v.deferred {
-		ve, _ := decodeVersionEntry(r.value)
-		seqs[i] = ve.Seq
-	}
-	sort.Sort(rowsInRecordOrder{v.deferred, seqs})
+	// In record order (rowSpill's), so one reader per anchor goes through
+	// its segments once: a reader per row read 256 KiB for each of them,
+	// which made verify after a rebuild of 1M records take minutes.
 	var fr *frameReader
 	defer func() {
 		if fr != nil {
@@ -553,7 +553,7 @@ func (v *verifier) checkDeferred() {
 }
 
 // rowsInRecordOrder sorts rows by anchor and seq (seqs[i] is rows[i]'s),
-// in place: a copy of a million rows would cost 64 MB.
+// in place: a copy of rowSpillBytes of rows would double them.
 type rowsInRecordOrder struct {
 	rows []retainedRow
 	seqs []uint64
@@ -619,22 +619,23 @@ func (v *verifier) checkRetained() {
 // eachVersionRow calls check for each row of a fully checked anchor, with a
 // report function whose message starts with what (which formats the seq).
 // check returns false to stop.
-func (v *verifier) eachVersionRow(rows []retainedRow, what string, check func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool) {
-	for _, r := range rows {
+func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool) {
+	err := rows.each(func(r retainedRow) bool {
 		if v.halted() {
-			return
+			return false
 		}
 		c := v.byID[r.anchor]
 		if c == nil || !c.complete {
-			continue
+			return true
 		}
 		ve, _ := decodeVersionEntry(r.value)
 		bad := func(format string, args ...any) {
 			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, what+": "+format, append([]any{ve.Seq}, args...)...)
 		}
-		if !check(c, r, ve, bad) {
-			return
-		}
+		return check(c, r, ve, bad)
+	})
+	if err != nil {
+		v.fail(err)
 	}
 }
 
