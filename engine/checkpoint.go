@@ -36,6 +36,9 @@ const CheckpointsDir = "checkpoints"
 
 const checkpointExt = ".note"
 
+// checkpointTimeLayout is the time in a stored checkpoint's file name.
+const checkpointTimeLayout = "20060102T150405.000000000Z"
+
 // StoredCheckpoint is one checkpoint file of the database.
 type StoredCheckpoint struct {
 	Name string // file name, e.g. 0000000000000001-20260131T120000.000000000Z.note
@@ -182,7 +185,7 @@ func (db *DB) storeCheckpoint(stored []StoredCheckpoint, cp *proof.Checkpoint, m
 	if n := len(stored); n > 0 {
 		seq = checkpointSeq(stored[n-1].Name) + 1
 	}
-	name := fmt.Sprintf("%016d-%s%s", seq, cp.Time.UTC().Format("20060102T150405.000000000Z"), checkpointExt)
+	name := fmt.Sprintf("%016d-%s%s", seq, cp.Time.UTC().Format(checkpointTimeLayout), checkpointExt)
 	return writeFileAtomic(fs, dir, name, msg)
 }
 

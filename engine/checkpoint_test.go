@@ -304,3 +304,67 @@ func TestVerifyFrom(t *testing.T) {
 		t.Fatalf("foreign checkpoint: %v", err)
 	}
 }
+
+// TestVerifyCheckpointNamesWithoutAKey: with no verifier key, verify still
+// sees a stored checkpoint deleted from the middle of the sequence (INT_002)
+// and a body whose time line was edited after signing (AUTH_003): each
+// file's name records its place and time. Removing the oldest ones is
+// allowed.
+func TestVerifyCheckpointNamesWithoutAKey(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, memOpts(fs))
+	defer func() { _ = db.Close() }()
+	skey, _, err := proof.GenerateKeys("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		appendN(t, db, []string{"a", "b"}, 10, fmt.Sprint("r", i))
+		if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	findings := func() []Finding {
+		t.Helper()
+		rep, err := db.Verify(ctx, VerifyOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Failures
+	}
+	if f := findings(); len(f) != 0 {
+		t.Fatalf("verify of untouched checkpoints: %v", f)
+	}
+	stored, err := db.Checkpoints(ctx)
+	if err != nil || len(stored) != 5 {
+		t.Fatalf("stored: %d %v", len(stored), err)
+	}
+	// The oldest removed: a pruned sequence, not a finding.
+	if err := fs.Remove(stored[0].Path); err != nil {
+		t.Fatal(err)
+	}
+	if f := findings(); len(f) != 0 {
+		t.Fatalf("verify after the oldest checkpoint was removed: %v", f)
+	}
+	// One from the middle removed.
+	if err := fs.Remove(stored[2].Path); err != nil {
+		t.Fatal(err)
+	}
+	f := findings()
+	if len(f) != 1 || f[0].Code != errs.CodeChainBroken || f[0].File != stored[3].Path || !strings.Contains(f[0].Message, "3 to 3 are missing") {
+		t.Fatalf("verify after checkpoint 3 was removed: %v", f)
+	}
+	writeMemFile(fs, stored[2].Path, stored[2].Note)
+	// A time line edited (the rest of the body, and the roots, unchanged).
+	old := "time " + stored[4].Checkpoint.Time.Format(time.RFC3339Nano)
+	edited := "time " + stored[4].Checkpoint.Time.Add(-time.Hour).Format(time.RFC3339Nano)
+	if !bytes.Contains(stored[4].Note, []byte(old)) {
+		t.Fatalf("no %q line in %s", old, stored[4].Note)
+	}
+	writeMemFile(fs, stored[4].Path, bytes.Replace(stored[4].Note, []byte(old), []byte(edited), 1))
+	f = findings()
+	if len(f) != 1 || f[0].Code != errs.CodeSignatureInvalid || f[0].File != stored[4].Path || !strings.Contains(f[0].Message, "changed after it was signed") {
+		t.Fatalf("verify after a time line was edited: %v", f)
+	}
+}

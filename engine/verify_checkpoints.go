@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
@@ -22,6 +24,7 @@ func (v *verifier) checkCheckpoints() {
 			return
 		}
 		s := &v.stored[i]
+		v.checkCheckpointName(s, i)
 		if s.Err != nil {
 			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is not a well-formed signed checkpoint: %v", s.Err)})
 			continue
@@ -101,5 +104,35 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 			return
 		}
 		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %v", e.Size, e.Root, c.from.Size, err)
+	}
+}
+
+// checkCheckpointName checks what a stored checkpoint's file name records
+// of it when it was stored: its place in the sequence (1, 2, 3, …; the
+// oldest may have been removed, none in the middle) and its time, which
+// is also in its signed body. Without a verifier key, these are what shows
+// a checkpoint deleted from the middle, or a body edited after signing.
+func (v *verifier) checkCheckpointName(s *StoredCheckpoint, i int) {
+	seq := checkpointSeq(s.Name)
+	if i > 0 {
+		if prev := checkpointSeq(v.stored[i-1].Name); prev != 0 && seq > prev+1 {
+			v.report(Finding{Code: errs.CodeChainBroken, File: s.Path,
+				Message: fmt.Sprintf("stored checkpoints %d to %d are missing: the one before this is %s", prev+1, seq-1, v.stored[i-1].Name)})
+		}
+	}
+	if s.Err != nil {
+		return
+	}
+	_, stamp, ok := strings.Cut(strings.TrimSuffix(s.Name, checkpointExt), "-")
+	at, err := time.Parse(checkpointTimeLayout, stamp)
+	if seq == 0 || !ok || err != nil {
+		v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path,
+			Message: fmt.Sprintf("stored checkpoint's file name %q is not the sequence number and time it was stored under", s.Name)})
+		return
+	}
+	if !at.Equal(s.Checkpoint.Time) {
+		v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path,
+			Message: fmt.Sprintf("stored checkpoint says it was taken at %s; it was stored as taken at %s, so its body was changed after it was signed",
+				s.Checkpoint.Time.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))})
 	}
 }
