@@ -12,7 +12,7 @@
 // Exit status: 0 ok; 1 an integrity or conflict finding (a refused append,
 // a get of a missing key, INT_*, AUTH_*); 2 usage, I/O or bad input. An error
 // prints {"error":{"code","reason","message",…}} on stdout with --json, else
-// one line on stderr.
+// one line on stderr (also with --json when stdout itself has failed).
 package main
 
 import (
@@ -319,7 +319,12 @@ func (e *env) printError(err error) {
 	}
 	if e.g.json {
 		e.out.json(errorJSON(err))
-		return
+		// NB: stdout may be what failed (a full disk, a stream cut
+		// midway): an error that cannot reach it is said on stderr
+		// rather than lost.
+		if e.out.flush() == nil {
+			return
+		}
 	}
 	fmt.Fprintf(e.stderr, "anchordb: %s\n", errorLine(err))
 	var u *usageError
