@@ -275,6 +275,20 @@ func jsonRequested(args []string) bool {
 	return on
 }
 
+// emptyFlag refuses a flag naming a file that was given with an empty value
+// (as a script passing an unset variable gives it): read as not given, it
+// would silently change what the command does — verify --pub "" would
+// check no signature and still say ok, get --at "" answer from the current
+// state.
+func emptyFlag(cmd string, fs *pflag.FlagSet, names ...string) error {
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil && f.Changed && f.Value.String() == "" {
+			return usagef(cmd, "--%s must not be empty", n)
+		}
+	}
+	return nil
+}
+
 func argsWanted(c *command) string {
 	if c.args == "" {
 		return "no arguments"

@@ -42,6 +42,9 @@ Prints one object a line: {"ok","snapshot":{…},"base","replayed","note",
 		var policyFile string
 		fs.StringVar(&policyFile, "policy", "", "create: record this policy file's policy_ref in the snapshot")
 		return func(e *env, args []string) error {
+			if err := emptyFlag("snapshot", fs, "policy"); err != nil {
+				return err
+			}
 			switch args[0] {
 			case "create":
 				if len(args) != 1 {

@@ -44,6 +44,9 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 			if threads < 0 {
 				return usagef("verify", "--threads must not be negative")
 			}
+			if err := emptyFlag("verify", fs, "pub", "from-checkpoint"); err != nil {
+				return err
+			}
 			if from != "" && pub == "" {
 				return usagef("verify", "--from-checkpoint needs --pub, the key it is signed with")
 			}
