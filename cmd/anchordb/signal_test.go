@@ -169,3 +169,48 @@ func TestInterruptWhileReadingKeyFile(t *testing.T) {
 	wantCode(t, r, 2)
 	errObj(t, r, "INPUT_001")
 }
+
+// runWithin runs the binary with args and no stdin, failing if it has not
+// ended within d (the process is then killed).
+func runWithin(t *testing.T, d time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%v: still running after %v\nstdout: %s\nstderr: %s", args, d, out.String(), errb.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// TestSnapshotVerifyNotARegularFile: snapshot verify PATH hands the path to
+// the engine, whose open of a FIFO blocks with no context (SIGINT caught,
+// the database lock held) and which would read a device such as /dev/zero
+// as a snapshot. A snapshot is a regular file: anything else is INPUT_001.
+func TestSnapshotVerifyNotARegularFile(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+	fifo := filepath.Join(tmp, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	paths := []string{fifo}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		paths = append(paths, "/dev/zero")
+	}
+	for _, p := range paths {
+		r := runWithin(t, 10*time.Second, "--dir", dir, "--json", "snapshot", "verify", p)
+		wantCode(t, r, 2)
+		errObj(t, r, "INPUT_001")
+	}
+}
