@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/segment"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // fillDB appends n records to each of the anchors through the CLI's import.
@@ -404,4 +406,45 @@ func TestVerifyMalformedPubKey(t *testing.T) {
 	r = runCLI(t, "--json", "checkpoint", "verify", cp, "--pub", bad)
 	wantCode(t, r, 2)
 	errObj(t, r, "INPUT_001")
+}
+
+// TestKeyNameWithControlCharacter: the note package opens no note holding
+// an ASCII control character other than newline, yet generates keys whose
+// names hold one. Such a key used to sign a checkpoint that no one could
+// open; stored in the database, it failed every later verify --pub and
+// refused every later checkpoint create (STATE_002: the latest stored
+// checkpoint cannot be read). keygen refuses the name, and checkpoint
+// create refuses a signer key with such a name made elsewhere, storing
+// nothing.
+func TestKeyNameWithControlCharacter(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+
+	bad := filepath.Join(tmp, "bad")
+	r := runCLI(t, "--json", "keygen", "--name", "a\x01b", "--out", bad)
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+	if _, err := os.Stat(bad + ".key"); err == nil {
+		t.Fatal("keygen wrote a key file for a refused name")
+	}
+
+	skey, _, err := note.GenerateKey(rand.Reader, "a\x1fb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad+".key", []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, "--dir", dir, "--json", "checkpoint", "create", "--key", bad+".key")
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+
+	// Nothing was stored: a good key still signs, and verify finds nothing.
+	good := filepath.Join(tmp, "good")
+	mustRun(t, "keygen", "--out", good)
+	mustRun(t, "--dir", dir, "checkpoint", "create", "--key", good+".key")
+	if m := obj(t, mustRun(t, "--dir", dir, "--json", "verify", "--pub", good+".pub").stdout); m["ok"] != true {
+		t.Fatalf("verify after the refused checkpoint: %v", m)
+	}
 }
