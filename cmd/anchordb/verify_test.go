@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -446,5 +447,29 @@ func TestKeyNameWithControlCharacter(t *testing.T) {
 	mustRun(t, "--dir", dir, "checkpoint", "create", "--key", good+".key")
 	if m := obj(t, mustRun(t, "--dir", dir, "--json", "verify", "--pub", good+".pub").stdout); m["ok"] != true {
 		t.Fatalf("verify after the refused checkpoint: %v", m)
+	}
+}
+
+// TestHumanErrorIsOneLine: without --json an error is one line on stderr
+// (main's contract), also when the error it wraps prints on several, as the
+// merkle package's root mismatch of a proof that does not verify does.
+func TestHumanErrorIsOneLine(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	fillDB(t, dir, []string{"a"}, 4)
+	p := obj(t, mustRun(t, "--dir", dir, "prove", "inclusion", "a", "1").stdout)
+	p["seq"] = 2 // the proof of seq 1 does not prove seq 2
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(tmp, "p.json")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "verify-proof", f)
+	wantCode(t, r, 1)
+	if !strings.HasPrefix(r.stderr, "anchordb: INT_001 hash_mismatch: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Fatalf("want one line on stderr, got %q", r.stderr)
 	}
 }
