@@ -17,7 +17,7 @@ import (
 // it secret; the CLI writes it to PREFIX.key with mode 0600) and verifierKey
 // is "<name>+<hash>+<base64>" (public; PREFIX.pub). Notes signed with it end
 // in the line "— <name> <base64 signature>". name must be non-empty UTF-8
-// without spaces or '+' (INPUT_001).
+// without spaces, control characters or '+' (INPUT_001).
 func GenerateKeys(name string) (signerKey, verifierKey string, err error) {
 	if err := validateKeyName(name); err != nil {
 		return "", "", err
@@ -29,10 +29,18 @@ func GenerateKeys(name string) (signerKey, verifierKey string, err error) {
 	return signerKey, verifierKey, nil
 }
 
-// validateKeyName applies the note package's rule for key names.
+// validateKeyName applies the note package's rule for key names, and
+// refuses ASCII control characters as well.
+//
+// NB: note.GenerateKey and note.Sign accept a name with one (only spaces and
+// '+' are excluded), but note.Open refuses any note holding a control
+// character other than newline, and the name is in the signature line: a
+// checkpoint signed under such a name could never be opened, and once
+// stored it would fail every verify and block every later checkpoint.
 func validateKeyName(name string) error {
-	if name == "" || !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsSpace) >= 0 || strings.Contains(name, "+") {
-		return errs.New(errs.CodeInvalidInput, "key name %q must be non-empty UTF-8 without spaces or '+'", name)
+	if name == "" || !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsSpace) >= 0 || strings.Contains(name, "+") ||
+		strings.IndexFunc(name, func(r rune) bool { return r < 0x20 }) >= 0 {
+		return errs.New(errs.CodeInvalidInput, "key name %q must be non-empty UTF-8 without spaces, control characters or '+'", name)
 	}
 	return nil
 }
@@ -51,6 +59,10 @@ func Sign(body []byte, signerKey string) ([]byte, error) {
 	signer, err := note.NewSigner(strings.TrimSpace(signerKey))
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeInvalidInput, err, "sign: malformed signer key")
+	}
+	// A key made elsewhere may carry a name no note can be opened with.
+	if err := validateKeyName(signer.Name()); err != nil {
+		return nil, fmt.Errorf("sign: %w", err)
 	}
 	msg, err := note.Sign(&note.Note{Text: string(body)}, signer)
 	if err != nil {

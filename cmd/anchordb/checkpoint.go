@@ -49,7 +49,7 @@ verify {"ok","origin","anchors","records","root","time","entries":[{"anchor","si
 }
 
 func checkpointCreate(e *env, keyFile string) error {
-	key, err := readKeyFile(keyFile)
+	key, err := readKeyFile(e, keyFile)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func checkpointCreate(e *env, keyFile string) error {
 }
 
 func checkpointVerify(e *env, noteFile, pubFile string) error {
-	pub, err := readKeyFile(pubFile)
+	pub, err := readKeyFile(e, pubFile)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -200,4 +202,49 @@ func TestNoDatabaseNotCreated(t *testing.T) {
 	}
 	r := cli(t, []byte("x"), []string{"--dir", filepath.Join(tmp, "new-append"), "append", "a", "--type", "T"})
 	wantCode(t, r, 0)
+}
+
+// TestJSONErrorOnFailedStdout: with --json an error is printed on stdout;
+// when stdout itself fails (a full disk, not a reader that went away) the
+// error must still be said, on stderr, rather than the command ending with
+// exit 2 and no word: both when a stream fails midway and when only the
+// error object is left to print.
+func TestJSONErrorOnFailedStdout(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	dir := filepath.Join(t.TempDir(), "db")
+	// Enough records that the stream outgrows the 64 KiB output buffer.
+	var b strings.Builder
+	for i := range 300 {
+		fmt.Fprintf(&b, `{"anchor":"a","key":"k%d","value":"%s"}`+"\n", i, strings.Repeat("v", 400))
+	}
+	r := cli(t, []byte(b.String()), []string{"--dir", dir, "import", "-"})
+	wantCode(t, r, 0)
+
+	run := func(args ...string) result {
+		cmd := exec.Command(binary, args...)
+		cmd.Stdout = full
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return result{stderr: errb.String(), code: code}
+	}
+	for _, args := range [][]string{
+		{"--dir", dir, "--json", "log", "a"},          // the stream fails midway
+		{"--dir", dir, "--json", "put", "", "k", "v"}, // only the error object
+	} {
+		r := run(args...)
+		if r.code != 2 || !strings.Contains(r.stderr, "IO_001") && !strings.Contains(r.stderr, "INPUT_001") {
+			t.Errorf("%v with stdout on /dev/full: want exit 2 and the error on stderr, got %v", args, r)
+		}
+	}
 }

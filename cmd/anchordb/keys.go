@@ -26,7 +26,7 @@ With --json prints {"name","verifier_key","key_file","pub_file"}.`,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var name, prefix string
 		var force bool
-		fs.StringVar(&name, "name", "anchordb", "key name, shown in the signature line (no spaces or '+')")
+		fs.StringVar(&name, "name", "anchordb", "key name, shown in the signature line (no spaces, control characters or '+')")
 		fs.StringVar(&prefix, "out", "anchordb", "file prefix, not a directory: writes PREFIX.key and PREFIX.pub")
 		fs.BoolVar(&force, "force", false, "overwrite existing key files")
 		return func(e *env, _ []string) error {

@@ -12,7 +12,7 @@
 // Exit status: 0 ok; 1 an integrity or conflict finding (a refused append,
 // a get of a missing key, INT_*, AUTH_*); 2 usage, I/O or bad input. An error
 // prints {"error":{"code","reason","message",…}} on stdout with --json, else
-// one line on stderr.
+// one line on stderr (also with --json when stdout itself has failed).
 package main
 
 import (
@@ -275,6 +275,20 @@ func jsonRequested(args []string) bool {
 	return on
 }
 
+// emptyFlag refuses a flag naming a file that was given with an empty value
+// (as a script passing an unset variable gives it): read as not given, it
+// would silently change what the command does — verify --pub "" would
+// check no signature and still say ok, get --at "" answer from the current
+// state.
+func emptyFlag(cmd string, fs *pflag.FlagSet, names ...string) error {
+	for _, n := range names {
+		if f := fs.Lookup(n); f != nil && f.Changed && f.Value.String() == "" {
+			return usagef(cmd, "--%s must not be empty", n)
+		}
+	}
+	return nil
+}
+
 func argsWanted(c *command) string {
 	if c.args == "" {
 		return "no arguments"
@@ -319,7 +333,12 @@ func (e *env) printError(err error) {
 	}
 	if e.g.json {
 		e.out.json(errorJSON(err))
-		return
+		// NB: stdout may be what failed (a full disk, a stream cut
+		// midway): an error that cannot reach it is said on stderr
+		// rather than lost.
+		if e.out.flush() == nil {
+			return
+		}
 	}
 	fmt.Fprintf(e.stderr, "anchordb: %s\n", errorLine(err))
 	var u *usageError

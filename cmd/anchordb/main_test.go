@@ -778,3 +778,37 @@ func TestAppendRefusesBeforeReadingStdin(t *testing.T) {
 		t.Fatalf("exit %d, %s: want INPUT_001, exit 2", code, out.String())
 	}
 }
+
+// TestEmptyFileFlagsRefused: a file flag given with an empty value (as a
+// script passing an unset variable does) is refused, not read as absent:
+// verify --pub "" would skip the signature checks it was asked for and
+// still say ok, and get --at "" would answer from the current state
+// instead of the frontier asked for.
+func TestEmptyFileFlagsRefused(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+	k := filepath.Join(tmp, "k")
+	mustRun(t, "keygen", "--out", k)
+	mustRun(t, "--dir", dir, "checkpoint", "create", "--key", k+".key")
+	for _, args := range [][]string{
+		{"verify", "--pub", ""},
+		{"verify", "--pub="},
+		{"verify", "--from-checkpoint", "", "--pub", k + ".pub"},
+		{"get", "k", "--at", ""},
+		{"merge", "--frontier", ""},
+		{"merge", "--root", "--frontier="},
+		{"snapshot", "create", "--policy", ""},
+	} {
+		args = append([]string{"--dir", dir, "--json"}, args...)
+		r := runCLI(t, args...)
+		if r.code != 2 {
+			t.Errorf("%v: want exit 2, got %v", args, r)
+			continue
+		}
+		errObj(t, r, "INPUT_001")
+	}
+	if n := len(lines(t, mustRun(t, "--dir", dir, "--json", "snapshot", "list").stdout)); n != 0 {
+		t.Errorf("%d snapshots after the refused snapshot create, want 0", n)
+	}
+}

@@ -39,6 +39,9 @@ the same records have the same root.`,
 			if limit < 0 {
 				return usagef("merge", "--limit must not be negative")
 			}
+			if err := emptyFlag("merge", fs, "frontier"); err != nil {
+				return err
+			}
 			if root && (fs.Changed("from") || fs.Changed("limit")) {
 				return usagef("merge", "--root covers the whole merged view: it takes no --from or --limit")
 			}

@@ -341,10 +341,15 @@ func messageOf(err error) string {
 	return strings.TrimSuffix(s, ": ")
 }
 
+// newlineRE matches a line break with the blanks around it.
+var newlineRE = regexp.MustCompile(`[ \t]*\r?\n[ \t]*`)
+
 // errorLine is the one-line human form: "STATE_002 conflict_detected: …".
 func errorLine(err error) string {
 	code := codeOf(err)
-	msg := messageOf(err)
+	// NB: a wrapped error may print on several lines (the merkle package's
+	// root mismatch does); the human form stays one line.
+	msg := newlineRE.ReplaceAllString(messageOf(err), " ")
 	if msg == "" {
 		return string(code) + " " + code.Reason()
 	}

@@ -35,6 +35,9 @@ database does not hold, or a seq below a compaction's cut, is STATE_003 (exit 1)
 		fs.BoolVar(&raw, "raw", false, "print only the value's bytes, unchanged (no newline); ignores --json")
 		fs.StringVar(&at, "at", "", "answer at this frontier: a JSON file {\"anchor\":seq,…} ('-' for stdin)")
 		return func(e *env, args []string) error {
+			if err := emptyFlag("get", fs, "at"); err != nil {
+				return err
+			}
 			key := []byte(args[0])
 			var f merge.Frontier
 			if at != "" {

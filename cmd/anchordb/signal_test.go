@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,5 +116,101 @@ func TestInterruptWhileReadingInput(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // let any late append show
 	if n := records(); n != 1 {
 		t.Fatalf("%d records after the interrupted commands, want the 1 seed", n)
+	}
+}
+
+// TestInterruptWhileReadingKeyFile: a --key or --pub naming a FIFO whose
+// writer never comes must not make the command deaf to SIGINT (it catches
+// the signal to close the database cleanly, so a read that ignores the
+// context would leave only SIGKILL), and a key file that never ends, such as
+// /dev/zero, is refused with INPUT_001 instead of being read into memory
+// without bound.
+func TestInterruptWhileReadingKeyFile(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+	k := filepath.Join(tmp, "k")
+	mustRun(t, "keygen", "--out", k)
+	note := filepath.Join(tmp, "cp.note")
+	if err := os.WriteFile(note, []byte(mustRun(t, "--dir", dir, "checkpoint", "create", "--key", k+".key").stdout), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(tmp, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--dir", dir, "--json", "checkpoint", "create", "--key", fifo},
+		{"--json", "checkpoint", "verify", note, "--pub", fifo},
+		{"--dir", dir, "--json", "verify", "--pub", fifo},
+	} {
+		r := startIdle(t, nil, args...)
+		wantCode(t, r, 2)
+		errObj(t, r, "IO_001")
+	}
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero")
+	}
+	// Bounded by a timeout: before the fix this read grows without end.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--json", "checkpoint", "verify", note, "--pub", "/dev/zero")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatal("checkpoint verify --pub /dev/zero still reading after 20 s")
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	}
+	r := result{stdout: out.String(), code: code}
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+}
+
+// runWithin runs the binary with args and no stdin, failing if it has not
+// ended within d (the process is then killed).
+func runWithin(t *testing.T, d time.Duration, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%v: still running after %v\nstdout: %s\nstderr: %s", args, d, out.String(), errb.String())
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// TestSnapshotVerifyNotARegularFile: snapshot verify PATH hands the path to
+// the engine, whose open of a FIFO blocks with no context (SIGINT caught,
+// the database lock held) and which would read a device such as /dev/zero
+// as a snapshot. A snapshot is a regular file: anything else is INPUT_001.
+func TestSnapshotVerifyNotARegularFile(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+	fifo := filepath.Join(tmp, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	paths := []string{fifo}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		paths = append(paths, "/dev/zero")
+	}
+	for _, p := range paths {
+		r := runWithin(t, 10*time.Second, "--dir", dir, "--json", "snapshot", "verify", p)
+		wantCode(t, r, 2)
+		errObj(t, r, "INPUT_001")
 	}
 }

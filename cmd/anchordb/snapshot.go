@@ -42,6 +42,9 @@ Prints one object a line: {"ok","snapshot":{…},"base","replayed","note",
 		var policyFile string
 		fs.StringVar(&policyFile, "policy", "", "create: record this policy file's policy_ref in the snapshot")
 		return func(e *env, args []string) error {
+			if err := emptyFlag("snapshot", fs, "policy"); err != nil {
+				return err
+			}
 			switch args[0] {
 			case "create":
 				if len(args) != 1 {
@@ -283,6 +286,12 @@ func snapshotPath(db *engine.DB, arg string) (string, error) {
 		return "", usagef("snapshot", "a snapshot name must not be empty")
 	}
 	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
+		// NB: the engine opens the path without a context: a FIFO would
+		// block it (SIGINT caught, the lock held) and a device be read as
+		// a snapshot. A snapshot is a regular file.
+		if !st.Mode().IsRegular() {
+			return "", errs.New(errs.CodeInvalidInput, "%s is not a regular file, so not a snapshot", arg)
+		}
 		return arg, nil
 	}
 	if !strings.ContainsRune(arg, os.PathSeparator) {

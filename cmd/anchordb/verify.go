@@ -44,12 +44,15 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 			if threads < 0 {
 				return usagef("verify", "--threads must not be negative")
 			}
+			if err := emptyFlag("verify", fs, "pub", "from-checkpoint"); err != nil {
+				return err
+			}
 			if from != "" && pub == "" {
 				return usagef("verify", "--from-checkpoint needs --pub, the key it is signed with")
 			}
 			opts := engine.VerifyOptions{Anchors: anchors, Threads: threads, StopAtFirst: stopAtFirst}
 			if pub != "" {
-				key, err := readKeyFile(pub)
+				key, err := readKeyFile(e, pub)
 				if err != nil {
 					return err
 				}
@@ -123,10 +126,26 @@ func printVerifyHuman(e *env, rep engine.VerifyReport) {
 
 // readKeyFile reads a note key (signer or verifier) from a file; surrounding
 // white space is dropped.
-func readKeyFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
+//
+// NB: not os.ReadFile. The file is read as readInput reads one, so that a
+// FIFO whose writer never comes still ends on an interrupt (main catches
+// SIGINT and SIGTERM, so a read that ignores ctx leaves only SIGKILL), and a
+// file that never ends (/dev/zero) is refused instead of filling memory.
+func readKeyFile(e *env, path string) (string, error) {
+	f, in, _, err := openInput(e.ctx, path)
+	var b []byte
+	if err == nil {
+		b, err = io.ReadAll(io.LimitReader(in, maxKeyFile+1))
+		_ = f.Close()
+	}
+	if err != nil && e.ctx.Err() != nil {
+		return "", err // interrupted
+	}
 	if err != nil {
 		return "", errs.Wrap(errs.CodeInvalidInput, err, "read key file")
+	}
+	if len(b) > maxKeyFile {
+		return "", errs.New(errs.CodeInvalidInput, "key file %s is over %d bytes: not a note key", path, maxKeyFile)
 	}
 	key := strings.TrimSpace(string(b))
 	if key == "" {
@@ -134,6 +153,9 @@ func readKeyFile(path string) (string, error) {
 	}
 	return key, nil
 }
+
+// maxKeyFile bounds a key file; a note key is about a hundred bytes.
+const maxKeyFile = 64 << 10
 
 // maxInput bounds the files the proof and checkpoint commands read.
 const maxInput = 64 << 20

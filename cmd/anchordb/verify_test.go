@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/segment"
+	"golang.org/x/mod/sumdb/note"
 )
 
 // fillDB appends n records to each of the anchors through the CLI's import.
@@ -404,4 +407,69 @@ func TestVerifyMalformedPubKey(t *testing.T) {
 	r = runCLI(t, "--json", "checkpoint", "verify", cp, "--pub", bad)
 	wantCode(t, r, 2)
 	errObj(t, r, "INPUT_001")
+}
+
+// TestKeyNameWithControlCharacter: the note package opens no note holding
+// an ASCII control character other than newline, yet generates keys whose
+// names hold one. Such a key used to sign a checkpoint that no one could
+// open; stored in the database, it failed every later verify --pub and
+// refused every later checkpoint create (STATE_002: the latest stored
+// checkpoint cannot be read). keygen refuses the name, and checkpoint
+// create refuses a signer key with such a name made elsewhere, storing
+// nothing.
+func TestKeyNameWithControlCharacter(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	mustRun(t, "--dir", dir, "put", "a", "k", "v")
+
+	bad := filepath.Join(tmp, "bad")
+	r := runCLI(t, "--json", "keygen", "--name", "a\x01b", "--out", bad)
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+	if _, err := os.Stat(bad + ".key"); err == nil {
+		t.Fatal("keygen wrote a key file for a refused name")
+	}
+
+	skey, _, err := note.GenerateKey(rand.Reader, "a\x1fb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad+".key", []byte(skey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, "--dir", dir, "--json", "checkpoint", "create", "--key", bad+".key")
+	wantCode(t, r, 2)
+	errObj(t, r, "INPUT_001")
+
+	// Nothing was stored: a good key still signs, and verify finds nothing.
+	good := filepath.Join(tmp, "good")
+	mustRun(t, "keygen", "--out", good)
+	mustRun(t, "--dir", dir, "checkpoint", "create", "--key", good+".key")
+	if m := obj(t, mustRun(t, "--dir", dir, "--json", "verify", "--pub", good+".pub").stdout); m["ok"] != true {
+		t.Fatalf("verify after the refused checkpoint: %v", m)
+	}
+}
+
+// TestHumanErrorIsOneLine: without --json an error is one line on stderr
+// (main's contract), also when the error it wraps prints on several, as the
+// merkle package's root mismatch of a proof that does not verify does.
+func TestHumanErrorIsOneLine(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	fillDB(t, dir, []string{"a"}, 4)
+	p := obj(t, mustRun(t, "--dir", dir, "prove", "inclusion", "a", "1").stdout)
+	p["seq"] = 2 // the proof of seq 1 does not prove seq 2
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(tmp, "p.json")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "verify-proof", f)
+	wantCode(t, r, 1)
+	if !strings.HasPrefix(r.stderr, "anchordb: INT_001 hash_mismatch: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Fatalf("want one line on stderr, got %q", r.stderr)
+	}
 }
