@@ -246,6 +246,10 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 		return segment.Record{}, err
 	}
 	defer db.endRead()
+	// An illegal id is bad input, not a record that is missing (yet).
+	if err := segment.ValidateAnchorID(anchor); err != nil {
+		return segment.Record{}, err
+	}
 	e, ok, err := db.seqEntry(anchor, seq)
 	if err != nil {
 		return segment.Record{}, err

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -69,4 +71,20 @@ func TestReviewParseVersionKeyNoSeparator(t *testing.T) {
 		}
 		_, _, _, _ = parseVersionKey(k)
 	})
+}
+
+// An illegal anchor id is INPUT_001 (SPEC §8, §9) for every read that takes
+// one, as Log already answered. Record looked the id up and called it a
+// missing record (STATE_003): a caller told the record is not there yet
+// would wait for one that can never exist.
+func TestReviewRecordBadAnchorIsInvalidInput(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, memOpts(fs))
+	defer db.Close()
+	for _, bad := range []string{"", strings.Repeat("a", 256), "x\xff", "a\x00", "tab\there"} {
+		if _, err := db.Record(ctx, bad, 1); !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("record of anchor %q: %v, want INPUT_001", bad, err)
+		}
+	}
 }
