@@ -556,9 +556,19 @@ func (mm *modelMachine) Merged(t *rapid.T) {
 		opts.Frontier = f
 	}
 	opts.From = uint64(rapid.IntRange(0, 4).Draw(t, "from"))
+	after := merge.Frontier{}
+	if rapid.Bool().Draw(t, "after?") {
+		// The view after an earlier frontier: any prefix of f.
+		for _, an := range f.Anchors() { // sorted: draws replay in order
+			if s := rapid.IntRange(0, int(f[an])).Draw(t, "after "+an); s > 0 {
+				after[an] = uint64(s)
+			}
+		}
+		opts.After = after
+	}
 	var all []modelRecord
 	for an, l := range mm.m.logs {
-		all = append(all, l[:f[an]]...)
+		all = append(all, l[min(after[an], f[an]):f[an]]...)
 	}
 	sort.Slice(all, func(i, j int) bool {
 		if all[i].counter != all[j].counter {
