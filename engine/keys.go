@@ -151,7 +151,7 @@ func appendVersionKeyParts(dst, anchorDst, k []byte) (key, anchor []byte, counte
 		return nil, nil, 0, fmt.Errorf("malformed version key %x", k)
 	}
 	key = dst
-	i := 1
+	i, sep := 1, false
 	for ; i+1 < len(k); i++ {
 		if k[i] != 0 {
 			key = append(key, k[i])
@@ -163,10 +163,16 @@ func appendVersionKeyParts(dst, anchorDst, k []byte) (key, anchor []byte, counte
 			i++
 			continue
 		case 0x01:
+			sep = true
 		default:
 			return nil, nil, 0, fmt.Errorf("malformed escape in version key %x", k)
 		}
 		break
+	}
+	if !sep {
+		// Running off the end without the separator leaves i past the
+		// tail: slicing there would panic on a malformed row.
+		return nil, nil, 0, fmt.Errorf("version key %x has no key separator", k)
 	}
 	rest := k[i+2:]
 	if len(rest) < 8+2 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"pgregory.net/rapid"
@@ -175,11 +176,12 @@ func (m *model) latest() map[string]modelRecord {
 
 // modelMachine drives the engine and the model together.
 type modelMachine struct {
-	mem   *vfs.MemFS
-	db    *DB
-	m     *model
-	ctx   context.Context
-	steps []string // what happened, for the failure message
+	mem      *vfs.MemFS
+	db       *DB
+	m        *model
+	ctx      context.Context
+	steps    []string // what happened, for the failure message
+	unsynced bool     // a NoSync append since the last Sync or reopen
 }
 
 func modelOptions(fs vfs.FS) Options {
@@ -268,6 +270,26 @@ func (mm *modelMachine) Append(t *rapid.T) {
 	mm.checkOutcome(t, "append", want, got, err)
 	if want.code == "" && !want.receipt.Duplicate {
 		mm.m.setHash(got)
+	}
+}
+
+// AppendNoSync appends with NoSync: acknowledged once written, applied
+// behind. Check's reads, which run next, must see it (read-your-writes).
+// Until a Sync the record is not durable: CrashReopen syncs first, so the
+// model keeps what it acknowledged.
+func (mm *modelMachine) AppendNoSync(t *rapid.T) {
+	e := drawEntry(t, mm.m)
+	want := mm.m.apply(e)
+	got, err := mm.db.Append(mm.ctx, e, WithNoSync(true))
+	mm.logf("append nosync %s %q key %q %d bytes idem %q counter %d → %+v %v", e.Type, e.Anchor, e.Key, len(e.Value), e.IdempotencyKey, e.Counter, got, err)
+	mm.checkOutcome(t, "append nosync", want, got, err)
+	if want.code == "" && !want.receipt.Duplicate {
+		mm.m.setHash(got)
+	}
+	mm.unsynced = true
+	// Read back at once, before anything else can apply it.
+	if want.code == "" && (e.Type == segment.TypePut || e.Type == segment.TypeDelete) {
+		mm.checkGet(t, e.Key)
 	}
 }
 
@@ -449,6 +471,131 @@ func (mm *modelMachine) checkScan(t *rapid.T, prefix []byte) {
 	}
 }
 
+// drawFrontier draws a prefix of every anchor log of the model.
+func (mm *modelMachine) drawFrontier(t *rapid.T) merge.Frontier {
+	f := merge.Frontier{}
+	for _, an := range modelAnchors {
+		if n := len(mm.m.logs[an]); n > 0 {
+			if s := rapid.IntRange(0, n).Draw(t, "seq "+an); s > 0 {
+				f[an] = uint64(s)
+			}
+		}
+	}
+	return f
+}
+
+// GetAt: the last put or delete of a key in merged order among the records
+// a frontier contains.
+func (mm *modelMachine) GetAt(t *rapid.T) {
+	key := []byte(rapid.SampledFrom(modelKeys).Draw(t, "key"))
+	f := mm.drawFrontier(t)
+	var w *modelRecord
+	for _, r := range mm.m.history(key) {
+		if f.Contains(r.anchor, r.seq) {
+			w = &r
+		}
+	}
+	got, err := mm.db.GetAt(mm.ctx, key, f)
+	mm.logf("getat %q %v → %q seq %d %v", key, f, got.Anchor, got.Seq, err)
+	if w == nil || w.typ == segment.TypeDelete {
+		if !errors.Is(err, ErrNotFound) {
+			mm.fail(t, "getat %q at %v: want not found, got %q seq %d %v", key, f, got.Anchor, got.Seq, err)
+		}
+		return
+	}
+	if err != nil || !bytes.Equal(got.Value, w.value) || got.Anchor != w.anchor || got.Seq != w.seq || got.Counter != w.counter || got.Hash != w.hash {
+		mm.fail(t, "getat %q at %v = %q seq %d counter %d (%v); want %q seq %d counter %d", key, f, got.Anchor, got.Seq, got.Counter, err, w.anchor, w.seq, w.counter)
+	}
+}
+
+// ScanRange: the live keys in [start, end), a nil end meaning no end.
+func (mm *modelMachine) ScanRange(t *rapid.T) {
+	bounds := append(slices.Clone(modelKeys), modelPrefixes...)
+	start := []byte(rapid.SampledFrom(bounds).Draw(t, "start"))
+	var end []byte
+	if rapid.Bool().Draw(t, "end?") {
+		end = []byte(rapid.SampledFrom(bounds).Draw(t, "end"))
+	}
+	latest := mm.m.latest()
+	var want []string
+	for k := range latest {
+		if k >= string(start) && (end == nil || k < string(end)) {
+			want = append(want, k)
+		}
+	}
+	sort.Strings(want)
+	var got []string
+	for v, err := range mm.db.ScanRange(mm.ctx, start, end) {
+		if err != nil {
+			mm.fail(t, "scan range [%q, %q): %v", start, end, err)
+		}
+		w := latest[string(v.Key)]
+		if v.Anchor != w.anchor || v.Seq != w.seq || !bytes.Equal(v.Value, w.value) {
+			mm.fail(t, "scan range [%q, %q): %q from %q seq %d, want %q seq %d", start, end, v.Key, v.Anchor, v.Seq, w.anchor, w.seq)
+		}
+		got = append(got, string(v.Key))
+	}
+	if !slices.Equal(got, want) {
+		mm.fail(t, "scan range [%q, %q): keys %q, want %q", start, end, got, want)
+	}
+}
+
+// Merged: every record of every anchor, events included, in merged order
+// with positions from 1; at the current frontier or a drawn one, from a
+// drawn position.
+func (mm *modelMachine) Merged(t *rapid.T) {
+	var opts MergedOptions
+	f := merge.Frontier{}
+	for an, l := range mm.m.logs {
+		if len(l) > 0 {
+			f[an] = uint64(len(l))
+		}
+	}
+	if rapid.Bool().Draw(t, "at frontier") {
+		f = mm.drawFrontier(t)
+		opts.Frontier = f
+	}
+	opts.From = uint64(rapid.IntRange(0, 4).Draw(t, "from"))
+	after := merge.Frontier{}
+	if rapid.Bool().Draw(t, "after?") {
+		// The view after an earlier frontier: any prefix of f.
+		for _, an := range f.Anchors() { // sorted: draws replay in order
+			if s := rapid.IntRange(0, int(f[an])).Draw(t, "after "+an); s > 0 {
+				after[an] = uint64(s)
+			}
+		}
+		opts.After = after
+	}
+	var all []modelRecord
+	for an, l := range mm.m.logs {
+		all = append(all, l[min(after[an], f[an]):f[an]]...)
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].counter != all[j].counter {
+			return all[i].counter < all[j].counter
+		}
+		return all[i].anchor < all[j].anchor
+	})
+	first := max(opts.From, 1)
+	var got []merge.Positioned
+	for p, err := range mm.db.Merged(mm.ctx, opts) {
+		if err != nil {
+			mm.fail(t, "merged %+v: %v", opts, err)
+		}
+		got = append(got, p)
+	}
+	want := all[min(first-1, uint64(len(all))):]
+	if len(got) != len(want) {
+		mm.fail(t, "merged %+v: %d records, want %d", opts, len(got), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Pos != first+uint64(i) || g.Record.Anchor != w.anchor || g.Record.Seq != w.seq || g.Record.Hash != w.hash {
+			mm.fail(t, "merged %+v position %d: %q seq %d at %d, want %q seq %d", opts, first+uint64(i), g.Record.Anchor, g.Record.Seq, g.Pos, w.anchor, w.seq)
+		}
+	}
+}
+
 func (mm *modelMachine) Log(t *rapid.T) {
 	an := rapid.SampledFrom(modelAnchors).Draw(t, "anchor")
 	n := len(mm.m.logs[an])
@@ -497,6 +644,7 @@ func (mm *modelMachine) Reopen(t *rapid.T) {
 		mm.fail(t, "reopen: %v", err)
 	}
 	mm.db = db
+	mm.unsynced = false
 	mm.logf("reopen")
 	if !db.RecoveryReport().Clean {
 		mm.fail(t, "reopen after a clean close ran recovery: %+v", db.RecoveryReport())
@@ -504,6 +652,15 @@ func (mm *modelMachine) Reopen(t *rapid.T) {
 }
 
 func (mm *modelMachine) CrashReopen(t *rapid.T) {
+	if mm.unsynced {
+		// NoSync appends are not durable until a Sync; the model keeps
+		// every acknowledged append, so make them durable first.
+		if err := mm.db.Sync(); err != nil {
+			mm.fail(t, "sync: %v", err)
+		}
+		mm.logf("sync")
+	}
+	mm.unsynced = false
 	clone := mm.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 	// The old process is gone: release it without letting it touch the clone.
 	_ = mm.db.Close()
@@ -585,6 +742,10 @@ func TestModel(t *testing.T) {
 			"Append":      mm.Append,
 			"AppendMore":  mm.Append,
 			"AppendBatch": mm.AppendBatch,
+			"NoSync":      mm.AppendNoSync,
+			"GetAt":       mm.GetAt,
+			"ScanRange":   mm.ScanRange,
+			"Merged":      mm.Merged,
 			"Retry":       mm.Retry,
 			"Get":         mm.Get,
 			"History":     mm.History,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"math"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
@@ -245,6 +246,10 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 		return segment.Record{}, err
 	}
 	defer db.endRead()
+	// An illegal id is bad input, not a record that is missing (yet).
+	if err := segment.ValidateAnchorID(anchor); err != nil {
+		return segment.Record{}, err
+	}
 	e, ok, err := db.seqEntry(anchor, seq)
 	if err != nil {
 		return segment.Record{}, err
@@ -284,7 +289,9 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 		if to < from {
 			return
 		}
-		upper = seqKey(anchor, to+1)
+		if to < math.MaxUint64 { // to+1 would wrap to 0, below every row
+			upper = seqKey(anchor, to+1)
+		}
 	}
 	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: upper})
 	if err != nil {
