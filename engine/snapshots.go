@@ -75,6 +75,14 @@ func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef st
 	defer db.endRead()
 	snap := db.index.NewSnapshot()
 	defer snap.Close()
+	// NB: the file is durable once Create returns, so the records it names
+	// must be too: a NoSync group is applied to the index before its journal
+	// block is fsynced, and a power loss would leave a snapshot whose
+	// frontier the log no longer holds. Every group the Pebble snapshot
+	// holds is applied, so a sync to the last applied group covers them.
+	if err := db.syncIndexedJournal(); err != nil {
+		return snapshot.Info{}, db.fail(errs.Wrap(errs.CodeWriteFailed, err, "journal fdatasync before a snapshot"))
+	}
 	front, err := db.frontierAt(ctx, snap)
 	if err != nil {
 		return snapshot.Info{}, err
