@@ -21,9 +21,10 @@ import (
 // Compaction (SPEC §6) plans with the snapshot package's pure planner and
 // applies the plan here. Order and durability:
 //
-//   - create_snapshot: the snapshot is written atomically and, when the
-//     policy says verify_before_delete, proved by replay before anything
-//     else happens; then audited.
+//   - create_snapshot: the snapshot is written atomically, audited and,
+//     when the policy says verify_before_delete, proved by replay before
+//     anything else happens; one that is not proved is removed again
+//     (audited) and the run stops.
 //   - delete_snapshot, record_cut, remove_segment: audited first, then
 //     carried out. An action interrupted by a crash is planned again by the
 //     next compaction and audited again, so the audit log may repeat an
@@ -119,17 +120,25 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 				return res, err
 			}
 			if policy.VerifyBeforeDelete {
+				// Only a replay proves the new snapshot's state is the log's.
+				// One that is not proved goes again (audited): the audit log
+				// already vouches for it, so left behind it would count as
+				// the newest verified snapshot and replace, in a later run,
+				// what it was meant to replace here.
+				var e error
+				var why string
 				v, err := db.VerifySnapshot(ctx, info.Path)
-				if err != nil {
-					return res, fmt.Errorf("the new snapshot does not verify; nothing was deleted: %w", err)
+				switch {
+				case err != nil:
+					e = fmt.Errorf("the new snapshot %s does not verify; verify_before_delete: it was removed again, and nothing else was deleted: %w", info.Name, err)
+					why = "failed its replay proof: " + err.Error()
+				case !v.Replayed:
+					e = errs.New(errs.CodeDependencyMissing, "the new snapshot %s could not be proved by replay (%s); verify_before_delete: it was removed again, and nothing else was deleted", info.Name, v.Note)
+					why = "not proved by replay: " + v.Note
 				}
-				if !v.Replayed {
-					// Its hashes check, but only a replay proves its state is
-					// the log's: what it would replace stays, and it goes
-					// (audited), or every later run would add another.
-					e := errs.New(errs.CodeDependencyMissing, "the new snapshot %s could not be proved by replay (%s); verify_before_delete: it was removed again, and nothing else was deleted", info.Name, v.Note)
+				if e != nil {
 					gone := snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionDeleteSnapshot),
-						Removed: []snapshot.AuditItem{snapshot.SnapshotItem(info)}, Note: "not proved by replay: " + v.Note}
+						Removed: []snapshot.AuditItem{snapshot.SnapshotItem(info)}, Note: why}
 					if err := audit(gone); err != nil {
 						return res, errors.Join(e, err)
 					}

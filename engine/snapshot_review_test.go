@@ -5,11 +5,16 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -76,6 +81,176 @@ func TestSnapshotOfNoSyncAppendsSurvivesPowerLoss(t *testing.T) {
 		}
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// Compactions that snapshot and truncate while writers append to the same
+// anchors and readers read them: every acknowledged write is in the final
+// state, every read answers or refuses with a code a caller can act on, and
+// the database verifies.
+func TestCompactRacingAppendsAndReads(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	const writers = 3
+	want := make([]map[string]string, writers)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	fail := func(err error) { failed.CompareAndSwap(nil, err) }
+	for w := 0; w < writers; w++ {
+		want[w] = map[string]string{}
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			anchor := fmt.Sprintf("a%d", w)
+			for i := 0; i < 1500; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := fmt.Sprintf("w%d-k%02d", w, i%40)
+				v := fmt.Sprintf("v%d-%s", i, strings.Repeat("x", i%3*40))
+				var err error
+				if i%13 == 7 {
+					_, err = db.Delete(ctx, anchor, []byte(k))
+					delete(want[w], k)
+				} else {
+					_, err = db.Put(ctx, anchor, []byte(k), []byte(v))
+					want[w][k] = v
+				}
+				if err != nil {
+					fail(fmt.Errorf("append: %w", err))
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			k := []byte(fmt.Sprintf("w%d-k%02d", i%writers, i%40))
+			if _, err := db.Get(ctx, k); err != nil && !errors.Is(err, ErrNotFound) {
+				fail(fmt.Errorf("get %s: %w", k, err))
+			}
+			for _, err := range db.History(ctx, k) {
+				if err != nil {
+					fail(fmt.Errorf("history %s: %w", k, err))
+					break
+				}
+			}
+			for _, err := range db.Scan(ctx, []byte(fmt.Sprintf("w%d-", i%writers))) {
+				if err != nil {
+					fail(fmt.Errorf("scan: %w", err))
+					break
+				}
+			}
+		}
+	}()
+	removed := int64(0)
+	for round := 0; round < 6 && failed.Load() == nil; round++ {
+		time.Sleep(50 * time.Millisecond)
+		res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
+		if err != nil {
+			fail(fmt.Errorf("compact round %d: %w", round, err))
+			break
+		}
+		removed += res.RemovedBytes
+	}
+	close(stop)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	if removed == 0 {
+		t.Fatal("no compaction truncated anything")
+	}
+	all := map[string]string{}
+	for _, m := range want {
+		for k, v := range m {
+			all[k] = v
+		}
+	}
+	checkState(t, db, all)
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
+	}
+}
+
+// A snapshot a compaction creates and then fails to prove by replay must
+// not stay behind as the database's: it is in the audit log (created before
+// it is proved), so a later run counted it as the newest verified snapshot,
+// deleted the older one that did prove, and would cut the log below it
+// with no replay. It goes again, audited, like one that cannot be replayed.
+func TestCompactRemovesANewSnapshotThatFailsItsReplay(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	for i := 0; i < 20; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%02d", i)), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("first compaction: %+v %v", res, err)
+	}
+	good := res.Created.Name
+	rc, err := db.Put(ctx, "a", []byte("k00"), []byte("v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Get(ctx, []byte("k00")); err != nil { // applied to the index
+		t.Fatal(err)
+	}
+	// The index goes wrong about k00 (the kind of fault a replay proof is
+	// there to catch): its newest version now says "bad".
+	vk := versionKey([]byte("k00"), rc.Counter, "a")
+	row, closer, err := db.index.Get(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ve, err := decodeVersionEntry(row)
+	closer.Close()
+	if err != nil || !ve.Inline {
+		t.Fatalf("version row: %+v %v", ve, err)
+	}
+	ve.Value = []byte("bad")
+	if err := db.index.Set(vk, ve.encode(nil), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); !errors.Is(err, ErrSnapshotCorrupted) {
+		t.Fatalf("compaction with a snapshot that fails its replay: %v, want INT_003", err)
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if _, err := db.VerifySnapshot(ctx, s.Path); err != nil {
+			t.Errorf("snapshot %s left behind does not prove by replay: %v", s.Name, err)
+		}
+	}
+	// The next run must not replace the good snapshot with the bad one.
+	plan, err := db.Compact(ctx, policy, CompactOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range plan.Plan.Actions {
+		if a.Kind == snapshot.ActionDeleteSnapshot && a.Snapshot == good {
+			t.Errorf("the next plan deletes %s, the last snapshot that proved by replay: %s", good, plan.Plan)
 		}
 	}
 }
