@@ -254,3 +254,71 @@ func TestCompactRemovesANewSnapshotThatFailsItsReplay(t *testing.T) {
 		}
 	}
 }
+
+// A replay that starts from the snapshot being verified proves nothing
+// about it. replayBase left the target out by comparing paths, so the same
+// file named another way (an absolute path for a relative one, which is
+// what `anchordb snapshot verify PATH` passes) became its own base, and a
+// snapshot rewritten with other values after the log below it was
+// truncated "proved" by a replay of zero records.
+func TestVerifySnapshotIsNotItsOwnBase(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a1", 30, "late")
+	if res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil || res.RemovedBytes == 0 {
+		t.Fatalf("compact: %v %s", err, res.Plan)
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *snapshot.Info
+	for i := range list {
+		v, err := db.VerifySnapshot(ctx, list[i].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.Replayed {
+			target = &list[i]
+		}
+	}
+	if target == nil {
+		t.Fatal("no snapshot below which the log was truncated without a base")
+	}
+	// Rewrite it with another value for one key: well-formed, same frontier.
+	s, err := snapshot.Open(fs, target.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	for e, err := range s.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	s.Close()
+	entries[0].Value = []byte("forged")
+	forged, err := snapshot.Create(fs, "forge", snapshot.Meta{Frontier: target.Frontier, Created: target.Created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, fs, target.Path, readAll(t, fs, forged.Path))
+	// The same file, named from the root.
+	v, err := db.VerifySnapshot(ctx, "/"+target.Path)
+	if err == nil && v.Replayed {
+		t.Fatalf("a snapshot rewritten with another value proves by replay from base %q (%d records replayed): %+v", v.Base, v.ReplayedRecords, v)
+	}
+}
