@@ -205,6 +205,16 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 			e.File = db.AuditPath()
 			return e
 		}
+		// Nor may it take the place of a line the database wrote: to the
+		// log alone a damaged last line looks like a torn append, and a
+		// lost one like one never written. Written over, the record of
+		// what an action removed would be gone, and the head recorded
+		// next would hide that from verify.
+		if next.Seq <= n {
+			e := errs.New(errs.CodeChainBroken, "audit log holds %d whole lines of the %d the database wrote: the last ones were lost or damaged; nothing more is appended to it", next.Seq-1, n)
+			e.File = db.AuditPath()
+			return e
+		}
 		if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(next.Seq, next.Hash), pebble.NoSync); err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAuditNext)
 		}

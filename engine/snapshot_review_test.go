@@ -4,6 +4,7 @@ package engine
 // and compaction: each failed on the code before its fix.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -320,5 +321,51 @@ func TestVerifySnapshotIsNotItsOwnBase(t *testing.T) {
 	v, err := db.VerifySnapshot(ctx, "/"+target.Path)
 	if err == nil && v.Replayed {
 		t.Fatalf("a snapshot rewritten with another value proves by replay from base %q (%d records replayed): %+v", v.Base, v.ReplayedRecords, v)
+	}
+}
+
+// An audit line the database wrote and recorded as its head is never
+// written over. A damaged last line looks like a torn append to the log
+// alone, and a log short of its last lines looks like one never written:
+// the next audited action took the line's place, recorded itself as the
+// head, and the record of what was removed was gone with nothing left for
+// verify to find. Only the index's head tells them apart: the append is
+// refused (INT_002) and verify keeps reporting the loss.
+func TestAuditNeverOverwritesAnAcknowledgedLine(t *testing.T) {
+	for _, damage := range []string{"altered", "removed"} {
+		t.Run(damage, func(t *testing.T) {
+			ctx := context.Background()
+			fs := vfs.NewMem()
+			db := mustOpen(t, fs, Options{})
+			defer db.Close()
+			if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2; i++ {
+				if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			data := readAll(t, fs, db.AuditPath())
+			lines := bytes.SplitAfter(data, []byte("\n"))
+			last := lines[len(lines)-2] // the final element is empty
+			switch damage {
+			case "altered":
+				i := bytes.Index(last, []byte(`"bytes":`)) + len(`"bytes":`)
+				last[i] = '9' // same length, newline kept
+			case "removed":
+				data = data[:len(data)-len(last)]
+			}
+			writeAll(t, fs, db.AuditPath(), data)
+			if _, err := db.VerifyAuditLog(ctx); !errors.Is(err, ErrChainBroken) {
+				t.Fatalf("audit log with its last line %s: %v, want INT_002", damage, err)
+			}
+			if _, err := db.CreateSnapshot(ctx, ""); !errors.Is(err, ErrChainBroken) {
+				t.Errorf("an audited action over a log whose last line was %s: %v, want INT_002", damage, err)
+			}
+			if _, err := db.VerifyAuditLog(ctx); !errors.Is(err, ErrChainBroken) {
+				t.Errorf("after the next audited action, verify no longer sees the %s line: %v", damage, err)
+			}
+		})
 	}
 }
