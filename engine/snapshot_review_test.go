@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -367,5 +368,91 @@ func TestAuditNeverOverwritesAnAcknowledgedLine(t *testing.T) {
 				t.Errorf("after the next audited action, verify no longer sees the %s line: %v", damage, err)
 			}
 		})
+	}
+}
+
+// A new snapshot that fails its replay proof is removed again, audited
+// first. When the removal itself does not happen (it fails, or a crash
+// comes between the audit line and the remove), the file stays, and the
+// audit log still vouches for it as created: the next run took it for the
+// newest verified snapshot and deleted the one that proved. A snapshot the
+// audit log records as removed is a leftover, not a snapshot to keep.
+func TestCompactIgnoresASnapshotItsAuditRemoved(t *testing.T) {
+	ctx := context.Background()
+	var failRemove atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failRemove.Load() && op.Kind == errorfs.OpRemove && strings.HasSuffix(op.Path, snapshot.Ext) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	for i := 0; i < 20; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%02d", i)), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("first compaction: %+v %v", res, err)
+	}
+	good := res.Created.Name
+	rc, err := db.Put(ctx, "a", []byte("k00"), []byte("v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Get(ctx, []byte("k00")); err != nil {
+		t.Fatal(err)
+	}
+	vk := versionKey([]byte("k00"), rc.Counter, "a")
+	row, closer, err := db.index.Get(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ve, err := decodeVersionEntry(row)
+	closer.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ve.Value = []byte("bad")
+	if err := db.index.Set(vk, ve.encode(nil), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	failRemove.Store(true)
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err == nil {
+		t.Fatal("compaction with a snapshot that fails its replay succeeded")
+	}
+	failRemove.Store(false)
+	list, err := db.Snapshots(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("%d snapshots (%v); want the good one and the leftover", len(list), err)
+	}
+	leftover := list[0].Name
+	if leftover == good {
+		leftover = list[1].Name
+	}
+	// The index is right again: whatever the next run creates proves.
+	if err := db.index.Set(vk, func() []byte { ve.Value = []byte("v2"); return ve.encode(nil) }(), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	res, err = db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err = db.Snapshots(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+		if _, err := db.VerifySnapshot(ctx, s.Path); err != nil {
+			t.Errorf("after the next compaction (%s), snapshot %s does not prove by replay: %v", res.Plan, s.Name, err)
+		}
+	}
+	if !slices.Contains(names, good) || slices.Contains(names, leftover) {
+		t.Errorf("snapshots after the next compaction: %v; want %s kept and the leftover %s removed (plan %s)", names, good, leftover, res.Plan)
 	}
 }
