@@ -21,13 +21,17 @@ import (
 // Compaction (SPEC §6) plans with the snapshot package's pure planner and
 // applies the plan here. Order and durability:
 //
-//   - create_snapshot: the snapshot is written atomically and, when the
-//     policy says verify_before_delete, proved by replay before anything
-//     else happens; then audited.
+//   - create_snapshot: the snapshot is written atomically, audited and,
+//     when the policy says verify_before_delete, proved by replay before
+//     anything else happens; one that is not proved is removed again
+//     (audited) and the run stops.
 //   - delete_snapshot, record_cut, remove_segment: audited first, then
 //     carried out. An action interrupted by a crash is planned again by the
 //     next compaction and audited again, so the audit log may repeat an
-//     entry but never misses one.
+//     entry but never misses one. A snapshot file whose removal is audited
+//     but did not happen (it failed, or a crash came first) is a leftover:
+//     no longer vouched for, left out of the plan, and removed by the next
+//     applied compaction without another audit line.
 //   - remove_segment (raw_log "truncate"): the segment is read and verified,
 //     a stub holding its record hashes is written durably, the index is told
 //     (the records' rows marked truncated, the newest version of every key
@@ -81,13 +85,16 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if now.IsZero() {
 		now = db.opts.Clock()
 	}
-	in, err := db.compactionInput(ctx, policy, now)
+	in, leftovers, err := db.compactionInput(ctx, policy, now)
 	if err != nil {
 		return res, err
 	}
 	plan, err := snapshot.PlanCompaction(in)
 	if err != nil {
 		return res, err
+	}
+	for _, s := range leftovers {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("snapshot %s is one the audit log records as removed (its removal did not happen): left out of the plan, and removed with --apply", s.Name))
 	}
 	res.Plan = plan
 	if !opts.Apply {
@@ -100,6 +107,13 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	defer db.compactMu.Unlock()
 	ref := policy.PolicyRef()
 	audit := db.appendAudit
+	// The removals of leftovers were audited when they were meant to
+	// happen: they are finished, not audited again.
+	for _, s := range leftovers {
+		if err := snapshot.Delete(db.fs, s.Path); err != nil && !oserrorIsNotExist(err) {
+			return res, err
+		}
+	}
 	if err := db.auditKeptSnapshots(ctx, plan, ref); err != nil {
 		return res, err
 	}
@@ -119,17 +133,25 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 				return res, err
 			}
 			if policy.VerifyBeforeDelete {
+				// Only a replay proves the new snapshot's state is the log's.
+				// One that is not proved goes again (audited): the audit log
+				// already vouches for it, so left behind it would count as
+				// the newest verified snapshot and replace, in a later run,
+				// what it was meant to replace here.
+				var e error
+				var why string
 				v, err := db.VerifySnapshot(ctx, info.Path)
-				if err != nil {
-					return res, fmt.Errorf("the new snapshot does not verify; nothing was deleted: %w", err)
+				switch {
+				case err != nil:
+					e = fmt.Errorf("the new snapshot %s does not verify; verify_before_delete: it was removed again, and nothing else was deleted: %w", info.Name, err)
+					why = "failed its replay proof: " + err.Error()
+				case !v.Replayed:
+					e = errs.New(errs.CodeDependencyMissing, "the new snapshot %s could not be proved by replay (%s); verify_before_delete: it was removed again, and nothing else was deleted", info.Name, v.Note)
+					why = "not proved by replay: " + v.Note
 				}
-				if !v.Replayed {
-					// Its hashes check, but only a replay proves its state is
-					// the log's: what it would replace stays, and it goes
-					// (audited), or every later run would add another.
-					e := errs.New(errs.CodeDependencyMissing, "the new snapshot %s could not be proved by replay (%s); verify_before_delete: it was removed again, and nothing else was deleted", info.Name, v.Note)
+				if e != nil {
 					gone := snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionDeleteSnapshot),
-						Removed: []snapshot.AuditItem{snapshot.SnapshotItem(info)}, Note: "not proved by replay: " + v.Note}
+						Removed: []snapshot.AuditItem{snapshot.SnapshotItem(info)}, Note: why}
 					if err := audit(gone); err != nil {
 						return res, errors.Join(e, err)
 					}
@@ -193,6 +215,16 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 		// database's own head, not a line somebody else wrote.
 		if next.Seq > n+1 {
 			e := errs.New(errs.CodeChainBroken, "audit log has %d lines past the %d the database wrote; nothing more is appended to it", next.Seq-1-n, n)
+			e.File = db.AuditPath()
+			return e
+		}
+		// Nor may it take the place of a line the database wrote: to the
+		// log alone a damaged last line looks like a torn append, and a
+		// lost one like one never written. Written over, the record of
+		// what an action removed would be gone, and the head recorded
+		// next would hide that from verify.
+		if next.Seq <= n {
+			e := errs.New(errs.CodeChainBroken, "audit log holds %d whole lines of the %d the database wrote: the last ones were lost or damaged; nothing more is appended to it", next.Seq-1, n)
 			e.File = db.AuditPath()
 			return e
 		}
@@ -340,55 +372,86 @@ func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref st
 }
 
 // auditedSnapshots returns, by name, the snapshots the audit log records as
-// created, in the lines up to the head the index recorded: a line appended
-// to the file by anyone else vouches for nothing.
+// created and not removed since, in the lines up to the head the index
+// recorded: a line appended to the file by anyone else vouches for nothing.
 func (db *DB) auditedSnapshots() (map[string]snapshot.AuditItem, error) {
+	created, _, err := db.auditedSnapshotLog()
+	return created, err
+}
+
+// auditedSnapshotLog returns, by name, the snapshots the audit log records
+// as created and not removed since, and those it records as removed since
+// they were created (with their file hashes). A file of the second kind is
+// a leftover of a removal that was audited but did not happen (it failed,
+// or a crash came first): not a snapshot the database keeps.
+func (db *DB) auditedSnapshotLog() (created map[string]snapshot.AuditItem, removed map[string]segment.Hash, err error) {
 	head, _, err := db.auditHead()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := map[string]snapshot.AuditItem{}
+	created, removed = map[string]snapshot.AuditItem{}, map[string]segment.Hash{}
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if entry.Seq > head {
 			break
 		}
-		if entry.Action != string(snapshot.ActionCreateSnapshot) {
-			continue
-		}
-		for _, it := range entry.Added {
-			if it.Kind == "snapshot" {
-				out[it.Name] = it
+		switch entry.Action {
+		case string(snapshot.ActionCreateSnapshot):
+			for _, it := range entry.Added {
+				if it.Kind == "snapshot" {
+					created[it.Name] = it
+					delete(removed, it.Name)
+				}
+			}
+		case string(snapshot.ActionDeleteSnapshot):
+			for _, it := range entry.Removed {
+				if it.Kind == "snapshot" {
+					delete(created, it.Name)
+					removed[it.Name] = it.Hash
+				}
 			}
 		}
 	}
-	return out, nil
+	return created, removed, nil
 }
 
 // compactionInput gathers what the planner reads: snapshots (verified when
 // the policy asks), the records and bytes since the newest snapshot, and
-// every sealed segment still on disk.
-func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, error) {
+// every sealed segment still on disk. Snapshot files the audit log records
+// as removed are left out of the plan and returned as leftovers.
+func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, []snapshot.Info, error) {
 	in := snapshot.PlanInput{Policy: policy, Now: now}
-	var err error
-	if in.Snapshots, err = db.snapshotsFor(ctx, policy.VerifyBeforeDelete); err != nil {
-		return in, err
+	all, err := db.snapshotsFor(ctx, policy.VerifyBeforeDelete)
+	if err != nil {
+		return in, nil, err
+	}
+	_, removed, err := db.auditedSnapshotLog()
+	if err != nil {
+		return in, nil, err
+	}
+	var leftovers []snapshot.Info
+	for _, s := range all {
+		if h, ok := removed[s.Name]; ok && s.Err == nil && h == s.FileHash {
+			leftovers = append(leftovers, s)
+			continue
+		}
+		in.Snapshots = append(in.Snapshots, s)
 	}
 	var anchors []AnchorInfo
 	if in.Stats, anchors, err = db.unsnapshotted(ctx, in.Snapshots); err != nil {
-		return in, err
+		return in, nil, err
 	}
 	for _, info := range anchors {
 		segs, err := db.sealedSegments(info.ID, info.Segments)
 		if err != nil {
-			return in, err
+			return in, nil, err
 		}
 		in.Segments = append(in.Segments, segs...)
 	}
 	in.Checkpointed, err = db.checkpointedSizes(ctx)
-	return in, err
+	return in, leftovers, err
 }
 
 // checkpointedSizes returns, per anchor, the tree size the newest stored

@@ -104,13 +104,8 @@ func (db *DB) openIndex() (err error) {
 			_ = db.fail(errs.New(errs.CodeIndexMismatch, "index corruption: %s; %s", info, cure))
 		},
 		FlushBegin: func(pebble.FlushInfo) {
-			if w := db.flushJournal.Load(); w != nil {
-				db.indexedUpTo.Lock()
-				upTo := db.indexedUpTo.pos
-				db.indexedUpTo.Unlock()
-				if err := w.SyncTo(upTo); err != nil {
-					pebbleLogger{l: db.opts.Logger, db: db}.Fatalf("journal fdatasync before an index flush failed: %v", err)
-				}
+			if err := db.syncIndexedJournal(); err != nil {
+				pebbleLogger{l: db.opts.Logger, db: db}.Fatalf("journal fdatasync before an index flush failed: %v", err)
 			}
 		}}
 	po.EnsureDefaults()
@@ -137,6 +132,21 @@ func (db *DB) openIndex() (err error) {
 	}
 	db.index = idx
 	return nil
+}
+
+// syncIndexedJournal fsyncs the journal up to the end of the last group
+// applied to the index, so that every row the index holds names a durable
+// record. Sync groups are durable before they are applied, so with no NoSync
+// group pending it is no fsync at all.
+func (db *DB) syncIndexedJournal() error {
+	w := db.flushJournal.Load()
+	if w == nil {
+		return nil
+	}
+	db.indexedUpTo.Lock()
+	upTo := db.indexedUpTo.pos
+	db.indexedUpTo.Unlock()
+	return w.SyncTo(upTo)
 }
 
 // errIndexUnreadable marks a pebble.Open that failed on the index's own

@@ -75,6 +75,14 @@ func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef st
 	defer db.endRead()
 	snap := db.index.NewSnapshot()
 	defer snap.Close()
+	// NB: the file is durable once Create returns, so the records it names
+	// must be too: a NoSync group is applied to the index before its journal
+	// block is fsynced, and a power loss would leave a snapshot whose
+	// frontier the log no longer holds. Every group the Pebble snapshot
+	// holds is applied, so a sync to the last applied group covers them.
+	if err := db.syncIndexedJournal(); err != nil {
+		return snapshot.Info{}, db.fail(errs.Wrap(errs.CodeWriteFailed, err, "journal fdatasync before a snapshot"))
+	}
 	front, err := db.frontierAt(ctx, snap)
 	if err != nil {
 		return snapshot.Info{}, err
@@ -257,7 +265,7 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 			continue
 		}
 		if base == nil {
-			if base, err = db.replayBase(ctx, path, f); err != nil {
+			if base, err = db.replayBase(ctx, path, info.FileHash, f); err != nil {
 				return out, err
 			}
 		}
@@ -333,8 +341,10 @@ func (db *DB) firstPresent(anchor string) (uint64, error) {
 }
 
 // replayBase picks the newest snapshot other than path whose frontier lies
-// within f and which verifies: the state a replay can start from.
-func (db *DB) replayBase(ctx context.Context, path string, f merge.Frontier) (*snapshot.Info, error) {
+// within f and which verifies: the state a replay can start from. A file
+// with the snapshot's own file hash is the snapshot (however its path is
+// spelled) or a copy of it: a replay from it proves nothing about it.
+func (db *DB) replayBase(ctx context.Context, path string, self segment.Hash, f merge.Frontier) (*snapshot.Info, error) {
 	list, err := db.Snapshots(ctx)
 	if err != nil {
 		return nil, err
@@ -345,7 +355,7 @@ func (db *DB) replayBase(ctx context.Context, path string, f merge.Frontier) (*s
 			continue
 		}
 		v, err := snapshot.Verify(db.fs, s.Path)
-		if err != nil {
+		if err != nil || v.FileHash == self {
 			continue
 		}
 		// A base must be of this log: its frontier's head hashes are the

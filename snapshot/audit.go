@@ -148,9 +148,12 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 // and fsyncs it (and, for a new file, its directory) before returning the
 // entry as written: Seq, Prev and Hash set, Time in UTC (now when zero).
 // Append reads only the log's tail: it checks the last line's own hash, not
-// the whole chain (VerifyAudit does that). A last line that fails its check
-// is INT_002 and nothing is written; a torn tail left by a crash is written
-// over. Write failures are IO_001. Append is not safe for concurrent use on
+// the whole chain (VerifyAudit does that). A torn tail left by a crash is
+// written over, and so is a last line that fails its check, which is what a
+// crash can leave too: only a caller that keeps the head elsewhere can tell
+// it from a damaged line (the engine refuses, in AppendAfter's before, to
+// write over a line it recorded). If the line before it fails as well, that
+// is INT_002 and nothing is written. Write failures are IO_001. Append is not safe for concurrent use on
 // one file; the engine holds its writer lock.
 func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
 	return AppendAfter(fs, path, e, nil)

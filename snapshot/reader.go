@@ -34,8 +34,10 @@ type Info struct {
 	Size      int64        `json:"size"`     // file bytes
 	StateHash segment.Hash `json:"state_hash"`
 	FileHash  segment.Hash `json:"file_hash"`
-	// Verified is true only in an Info returned by Verify (or by Create):
-	// every byte hashed and every entry checked against the state hash.
+	// Verified is true only in an Info returned by Verify: every byte read
+	// back and hashed, and every entry checked against the state hash.
+	// Create's Info is not (it hashed what it wrote, not what the file
+	// holds).
 	Verified bool `json:"verified"`
 	// Err is set by List on a file it cannot read: an INT_003 *errs.Error.
 	// The other fields are then as much as the name tells (Name, Path and

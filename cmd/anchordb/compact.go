@@ -27,7 +27,8 @@ kept and notes on what is left alone. With
 
 --apply carries the plan out: nothing is deleted before what replaces it is durable and
 (with verify_before_delete) verified — a new snapshot that cannot be proved by replay is
-removed again and the run stops with STATE_003 (exit 1) — and every action is appended to the audit log in
+removed again and the run stops with STATE_003 (exit 1), or INT_003 when its replay gives
+another state — and every action is appended to the audit log in
 the database directory first. Prints the plan and what was done; with --json
 {"applied":true,"plan":{…},"created":{snapshot}|null,"removed_bytes":N}.
 Progress is drawn on stderr when it is a terminal.`,
