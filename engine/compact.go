@@ -295,6 +295,30 @@ func (db *DB) adoptAuditHead() error {
 	return nil
 }
 
+// catchUpAuditHead gives an older copy of the index (stale_index) the
+// audit log's head as the log stands, when the log still holds the head
+// the copy recorded: the lines after it are this database's, written after
+// the copy was taken. Without it every later audited action was refused
+// (INT_002, lines past those the database wrote) until rebuild-index. A log
+// that does not hold the copy's head is left as it is, for verify to report.
+func (db *DB) catchUpAuditHead(ctx context.Context) error {
+	head, err := db.VerifyAuditLog(ctx)
+	if err != nil {
+		if errs.CodeOf(err) == errs.CodeWriteFailed {
+			return err
+		}
+		return nil
+	}
+	n, _, err := db.auditHead()
+	if err != nil || head.Lines <= n {
+		return err
+	}
+	if err := db.index.Set(metaKey(metaAudit), auditHeadRow(head.Lines, head.Head), pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
+	}
+	return nil
+}
+
 // VerifyAuditLog checks the audit log's hash chain and that it still holds
 // every line the index saw appended: a line lost or altered at the end is
 // INT_002, like one in the middle.

@@ -332,6 +332,12 @@ func (db *DB) open() error {
 		}
 	}
 	db.recovery.Clean = clean == 1
+	if stale {
+		// Before recovery, whose settle makes the row durable.
+		if err := db.catchUpAuditHead(context.Background()); err != nil {
+			return err
+		}
+	}
 	if clean != 1 {
 		if err := db.recover(stale); err != nil {
 			return err
