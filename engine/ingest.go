@@ -428,7 +428,23 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 		s := &sourceAnchor{dir: d}
 		for _, n := range names {
 			if segno, ok := segment.ParseFileName(n); ok {
-				s.segs = append(s.segs, segFile{segno, fs.PathJoin(d, n)})
+				path := fs.PathJoin(d, n)
+				// NB: before any is opened: the open of a FIFO blocks
+				// with no context, and a device reads forever.
+				st, err := fs.Stat(path)
+				if err != nil && !oserrorIsNotExist(err) {
+					return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat source segment %s", path)
+				}
+				if err != nil || !st.Mode().IsRegular() {
+					what := "a dangling link"
+					if err == nil {
+						what = "not a regular file (" + st.Mode().Type().String() + ")"
+					}
+					e := errs.New(errs.CodeInvalidInput, "source segment %s is %s", path, what)
+					e.File = path
+					return nil, e
+				}
+				s.segs = append(s.segs, segFile{segno, path})
 			}
 		}
 		if len(s.segs) == 0 {
