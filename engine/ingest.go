@@ -10,6 +10,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
 )
 
@@ -407,9 +408,9 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 			if len(fan) != 2 || !isHex(fan) {
 				continue
 			}
-			subs, err := fs.List(fs.PathJoin(root, fan))
+			subs, err := listSourceDir(fs, fs.PathJoin(root, fan))
 			if err != nil {
-				return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", fan)
+				return nil, err
 			}
 			slices.Sort(subs)
 			for _, sub := range subs {
@@ -421,9 +422,9 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	}
 	var out []*sourceAnchor
 	for _, d := range dirs {
-		names, err := fs.List(d)
+		names, err := listSourceDir(fs, d)
 		if err != nil {
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", d)
+			return nil, err
 		}
 		s := &sourceAnchor{dir: d}
 		for _, n := range names {
@@ -462,6 +463,21 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// listSourceDir lists a directory of the source's anchors tree. Where the
+// tree has a file instead, the source is malformed (INPUT_001).
+func listSourceDir(fs vfs.FS, dir string) ([]string, error) {
+	if st, err := fs.Stat(dir); err == nil && !st.IsDir() {
+		e := errs.New(errs.CodeInvalidInput, "source %s is not a directory, where the anchors tree has one", dir)
+		e.File = dir
+		return nil, e
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	return names, nil
 }
 
 // scanSource reads the arriving log front to back, checking everything the

@@ -80,3 +80,52 @@ func TestIngestSegmentNotARegularFile(t *testing.T) {
 	// The source, as it was, ingests.
 	mustRun(t, "--dir", filepath.Join(tmp, "dst"), "ingest", "--from", src)
 }
+
+// TestIngestForeignFilesInSource: a file where the source's anchors tree
+// has a directory (a fan or an anchor directory, or an --anchor's own) is a
+// malformed source, INPUT_001 (exit 2), not an I/O failure of this database
+// (it was IO_001 "write_failed"). Names that are no anchor directory's are
+// ignored, as the engine ignores them in its own directory.
+func TestIngestForeignFilesInSource(t *testing.T) {
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "src")
+	mustRun(t, "--dir", src, "put", "a", "k", "v")
+	adir := segment.AnchorDir(vfs.Default, src, "a")
+	fan := filepath.Dir(adir)
+	write := func(p string) func() {
+		t.Helper()
+		if err := os.WriteFile(p, []byte("junk"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return func() { os.Remove(p) }
+	}
+	// Ignored: names no anchor directory has.
+	for _, p := range []string{filepath.Join(src, "anchors", "README"), filepath.Join(fan, "notes.txt"), filepath.Join(adir, "x.tmp")} {
+		defer write(p)()
+	}
+	mustRun(t, "--dir", filepath.Join(tmp, "ok"), "ingest", "--from", src)
+
+	for _, c := range []struct {
+		name   string
+		path   string
+		anchor string
+	}{
+		{"a file as a fan directory", filepath.Join(src, "anchors", "00"), ""},
+		{"a file as an anchor directory", filepath.Join(fan, "0123456789abcdef0123456789abcd"), ""},
+		{"a file as the named anchor's directory", segment.AnchorDir(vfs.Default, src, "b"), "b"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			defer write(c.path)()
+			args := []string{"--dir", filepath.Join(t.TempDir(), "dst"), "--json", "ingest", "--from", src}
+			if c.anchor != "" {
+				args = append(args, "--anchor", c.anchor)
+			}
+			r := runCLI(t, args...)
+			wantCode(t, r, 2)
+			errObj(t, r, "INPUT_001")
+		})
+	}
+}
