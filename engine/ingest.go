@@ -374,6 +374,7 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	fs := db.fs
 	root := fs.PathJoin(from, segment.AnchorsDir)
 	var dirs []string
+	idOf := map[string]string{} // the named anchors' directories
 	if only != nil {
 		named := make(map[string]bool, len(only))
 		for _, id := range only {
@@ -391,6 +392,7 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 				return nil, e
 			}
 			dirs = append(dirs, d)
+			idOf[d] = id
 		}
 	} else {
 		fans, err := fs.List(root)
@@ -449,6 +451,12 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 			}
 		}
 		if len(s.segs) == 0 {
+			if only != nil {
+				// Named, and holding no log: as absent as no directory.
+				e := errs.New(errs.CodeDependencyMissing, "anchor %q has no log in %s: its directory %s holds no segment", idOf[d], from, d)
+				e.Anchor, e.File = idOf[d], d
+				return nil, e
+			}
 			continue
 		}
 		slices.SortFunc(s.segs, func(a, b segFile) int { return cmp.Compare(a.segno, b.segno) })
