@@ -520,7 +520,15 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 			e.Anchor, e.File = s.id, sf.path
 			return e
 		}
-		for {
+		for n := 1; ; n++ {
+			// A segment may be up to 1 TiB: the end of ctx (an
+			// interrupt) is not left waiting for the end of one.
+			if n%scanCtxEvery == 0 {
+				if err := ctx.Err(); err != nil {
+					f.Close()
+					return err
+				}
+			}
 			fr, err := sc.Next()
 			if errors.Is(err, io.EOF) {
 				break
@@ -550,6 +558,10 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 	}
 	return nil
 }
+
+// scanCtxEvery is how many records scanSource reads between looks at its
+// context.
+const scanCtxEvery = 1024
 
 func sourceDamage(s *sourceAnchor, path string, err error) error {
 	var fe *segment.FrameError

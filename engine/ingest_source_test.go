@@ -1,8 +1,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -38,5 +42,85 @@ func TestIngestNamedAnchorWithoutLog(t *testing.T) {
 	rep, err := dst.Ingest(ctx, "src", IngestOptions{})
 	if err != nil || rep.Appended != 3 || len(rep.Anchors) != 1 {
 		t.Fatalf("ingest of every anchor: %+v %v", rep, err)
+	}
+}
+
+// readHookFS calls onRead with the size of every read of a file whose path
+// holds under.
+type readHookFS struct {
+	vfs.FS
+	under  string
+	onRead func(n int)
+}
+
+func (f readHookFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	file, err := f.FS.Open(name, opts...)
+	if err != nil || !strings.Contains(name, f.under) {
+		return file, err
+	}
+	return readHookFile{File: file, onRead: f.onRead}, nil
+}
+
+type readHookFile struct {
+	vfs.File
+	onRead func(n int)
+}
+
+func (r readHookFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.File.ReadAt(p, off)
+	r.onRead(n)
+	return n, err
+}
+
+// TestIngestCancelStopsInsideASegment: a cancelled context stops an
+// ingest's scan of the source inside a segment, not at its end. A segment
+// may be up to 1 TiB (Options.SegmentSize), and the scan checked the
+// context only between segments: Ctrl-C went unanswered while it hashed
+// the rest.
+func TestIngestCancelStopsInsideASegment(t *testing.T) {
+	mem := vfs.NewMem()
+	src, err := Open("src", Options{FS: mem, SegmentSize: 1 << 30, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	value := bytes.Repeat([]byte("v"), 256)
+	for b := 0; b < 40; b++ {
+		var batch []Entry
+		for i := 0; i < 1000; i++ {
+			batch = append(batch, Entry{Anchor: "a", Type: "put", Key: []byte(fmt.Sprintf("k%d", b*1000+i)), Value: value})
+		}
+		if _, err := src.AppendBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := mem.Stat(segmentFileOf(mem, "src", "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := st.Size()
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var read atomic.Int64
+	hook := readHookFS{FS: mem, under: "src/anchors", onRead: func(n int) {
+		if read.Add(int64(n)) > 1<<20 {
+			cancel() // the scan is inside the segment
+		}
+	}}
+	dst, err := Open("dst", Options{FS: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	rep, err := dst.Ingest(cctx, "src", IngestOptions{})
+	if !errors.Is(err, context.Canceled) || rep.Appended != 0 {
+		t.Fatalf("%+v %v, want the cancellation with nothing joined", rep, err)
+	}
+	if got := read.Load(); got > size/2 {
+		t.Fatalf("the cancelled ingest read %d bytes of the %d-byte segment", got, size)
 	}
 }
