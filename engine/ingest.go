@@ -261,6 +261,11 @@ func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info A
 		e.Anchor = s.id
 		return e
 	}
+	if at == 0 {
+		// The arriving log holds no record (a segment with only its
+		// header, which starts at genesis): a prefix of ours.
+		return nil
+	}
 	var theirs segment.Hash
 	if at == s.first-1 {
 		theirs = s.firstPrev(db)

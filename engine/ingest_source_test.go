@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -122,5 +123,44 @@ func TestIngestCancelStopsInsideASegment(t *testing.T) {
 	}
 	if got := read.Load(); got > size/2 {
 		t.Fatalf("the cancelled ingest read %d bytes of the %d-byte segment", got, size)
+	}
+}
+
+// TestIngestEmptySourceLogIsAPrefix: an arriving log with no record (its
+// segment holds only a header) is a prefix of any log of that anchor: up to
+// date, not a fork nor an index mismatch.
+func TestIngestEmptySourceLogIsAPrefix(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	src := openAt(t, fs, "src")
+	writeSome(t, src, []string{"a"}, 2, "src")
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := segment.Header{Anchor: "b", Segno: 1, FirstSeq: 1, PrevHash: segment.GenesisHash("b")}
+	bdir := segmentAnchorDir(fs, "src", "b")
+	if err := fs.MkdirAll(bdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Create(fs.PathJoin(bdir, segment.FileName(1)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(segment.AppendHeader(nil, &h)); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+
+	dst := openAt(t, fs, "dst")
+	defer dst.Close()
+	writeSome(t, dst, []string{"b"}, 3, "dst")
+	rep, err := dst.Ingest(ctx, "src", IngestOptions{})
+	if err != nil || rep.Appended != 2 {
+		t.Fatalf("%+v %v, want a joined and b up to date", rep, err)
+	}
+	for _, a := range rep.Anchors {
+		if a.Anchor == "b" && (a.Status != "up_to_date" || a.Had != 3) {
+			t.Fatalf("b: %+v", a)
+		}
 	}
 }
