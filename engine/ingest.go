@@ -165,13 +165,7 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		}
 		had := info.Records
 		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
-		err = db.scanSource(ctx, s, 0, func(rec segment.Record) error {
-			// A long log must not hold Close off to its end.
-			if rec.Seq%4096 == 0 && db.adm.isClosing() {
-				return errClosed
-			}
-			return arrivals.record(rec)
-		})
+		err = db.scanSource(ctx, s, 0, arrivals.record)
 		if err != nil {
 			return rep, err
 		}
@@ -504,6 +498,9 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if db.adm.isClosing() {
+			return errClosed
+		}
 		f, err := db.fs.Open(sf.path)
 		if err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "open %s", sf.path)
@@ -526,10 +523,15 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 			return e
 		}
 		for n := 1; ; n++ {
-			// A segment may be up to 1 TiB: the end of ctx (an
-			// interrupt) is not left waiting for the end of one.
+			// A segment may be up to 1 TiB: neither the end of ctx (an
+			// interrupt) nor Close, which waits for the ingest, is left
+			// waiting for the end of one.
 			if n%scanCtxEvery == 0 {
-				if err := ctx.Err(); err != nil {
+				err := ctx.Err()
+				if err == nil && db.adm.isClosing() {
+					err = errClosed
+				}
+				if err != nil {
 					f.Close()
 					return err
 				}
@@ -565,7 +567,7 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 }
 
 // scanCtxEvery is how many records scanSource reads between looks at its
-// context.
+// context and at Close.
 const scanCtxEvery = 1024
 
 func sourceDamage(s *sourceAnchor, path string, err error) error {

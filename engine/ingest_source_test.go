@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -163,4 +164,94 @@ func TestIngestEmptySourceLogIsAPrefix(t *testing.T) {
 			t.Fatalf("b: %+v", a)
 		}
 	}
+}
+
+// TestIngestCloseStopsTheForkCheckScan: Close stops an ingest inside the
+// scan that compares an anchor we hold with the arriving one (checkJoin
+// reads the source up to our head), not at the end of the segment: Close
+// waits for the ingest, and a segment may be up to 1 TiB. Only pass 1's
+// scan looked at Close.
+func TestIngestCloseStopsTheForkCheckScan(t *testing.T) {
+	mem := vfs.NewMem()
+	src, err := Open("src", Options{FS: mem, SegmentSize: 1 << 30, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	value := bytes.Repeat([]byte("v"), 256)
+	for b := 0; b < 40; b++ {
+		var batch []Entry
+		for i := 0; i < 1000; i++ {
+			batch = append(batch, Entry{Anchor: "a", Type: "put", Key: []byte(fmt.Sprintf("k%d", b*1000+i)), Value: value})
+		}
+		if _, err := src.AppendBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := mem.Stat(segmentFileOf(mem, "src", "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := st.Size()
+
+	var read atomic.Int64
+	var closing atomic.Bool
+	var dst *DB
+	closed := make(chan error, 1)
+	hook := readHookFS{FS: mem, under: "src/anchors", onRead: func(n int) {
+		// Pass 1 reads the segment once; the fork check reads it again.
+		if read.Add(int64(n)) > size+1<<20 && closing.CompareAndSwap(false, true) {
+			go func() { closed <- dst.Close() }()
+			for !dst.adm.isClosing() {
+				runtime.Gosched()
+			}
+		}
+	}}
+	dst, err = Open("dst", Options{FS: hook, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// dst holds all but the last record of a: the fork check compares seq
+	// 39,999, near the end of the segment.
+	recs := logOf(t, mem, "src", "a")
+	if len(recs) != 40000 {
+		t.Fatalf("the source log has %d records", len(recs))
+	}
+	for i := 0; i < len(recs)-1; i += 1000 {
+		if err := dst.appendVerbatim(ctx, recs[i:min(i+1000, len(recs)-1)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read.Store(0)
+	_, err = dst.Ingest(ctx, "src", IngestOptions{})
+	if err == nil {
+		t.Fatal("the ingest went on after Close began")
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := read.Load(); got > size+size/2 {
+		t.Fatalf("the ingest read %d bytes of the %d-byte segment after Close began at %d", got, size, size+1<<20)
+	}
+}
+
+// logOf returns the log of the anchor of the database in dir.
+func logOf(t *testing.T, mem vfs.FS, dir, anchor string) []segment.Record {
+	t.Helper()
+	db, err := Open(dir, Options{FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var recs []segment.Record
+	for rec, err := range db.Log(context.Background(), anchor, 1, 0) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec.Clone())
+	}
+	return recs
 }
