@@ -309,7 +309,7 @@ func (e *env) finish(err error) int {
 		err = errs.Wrap(errs.CodeWriteFailed, ferr, "write output")
 		fmt.Fprintf(e.stderr, "anchordb: %v\n", err)
 	}
-	if cerr := e.closeDB(err != nil); cerr != nil {
+	if cerr := e.closeDB(err != nil && !e.out.brokenPipe(err)); cerr != nil {
 		if err == nil || exitCode(err) == exitOK {
 			err = cerr
 		}
