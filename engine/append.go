@@ -243,6 +243,24 @@ func (db *DB) knownIdem(anchor string, key []byte) (e idemEntry, found, pending 
 	return e, found, false, err
 }
 
+// IdempotencyReceipt returns the receipt of the append that used the
+// idempotency key in the anchor, and whether one did (SPEC §7): what a
+// retry carrying the key gets back, as a duplicate when its request is the
+// same. An append acknowledged but not yet applied counts.
+func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte) (Receipt, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Receipt{}, false, err
+	}
+	if err := segment.ValidateAnchorID(anchor); err != nil {
+		return Receipt{}, false, err
+	}
+	e, found, _, err := db.knownIdem(anchor, key)
+	if err != nil || !found {
+		return Receipt{}, false, err
+	}
+	return Receipt{Anchor: anchor, Seq: e.Seq, Counter: e.Counter, Hash: e.Hash, Duplicate: true}, true, nil
+}
+
 // refundDuplicates returns the rate-limit tokens of entries the commit found
 // to be duplicates of a concurrent append with the same new key: budget is
 // consumed once per record appended.

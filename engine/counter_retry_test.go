@@ -58,3 +58,31 @@ func TestCounterLimitAllowsRetryOfOlderAppend(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotencyReceipt: the receipt of the append that used a key, as a
+// retry would get it; nothing for a key no append used, in this anchor or
+// at all; INPUT_001 for an anchor id that is not one.
+func TestIdempotencyReceipt(t *testing.T) {
+	mem := vfs.NewMem()
+	db := mustOpen(t, mem, crashOptions(mem, false))
+	defer db.Close()
+	ctx := context.Background()
+	r, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), IdempotencyKey: []byte("op-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := db.IdempotencyReceipt(ctx, "a", []byte("op-1"))
+	want := r
+	want.Duplicate = true
+	if err != nil || !found || got != want {
+		t.Fatalf("IdempotencyReceipt(a, op-1) = %+v %v %v, want %+v", got, found, err, want)
+	}
+	for _, c := range []struct{ anchor, key string }{{"a", "op-2"}, {"b", "op-1"}} {
+		if got, found, err := db.IdempotencyReceipt(ctx, c.anchor, []byte(c.key)); err != nil || found {
+			t.Fatalf("IdempotencyReceipt(%s, %s) = %+v %v %v, want none", c.anchor, c.key, got, found, err)
+		}
+	}
+	if _, _, err := db.IdempotencyReceipt(ctx, "", []byte("op-1")); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("an empty anchor id: %v, want INPUT_001", err)
+	}
+}

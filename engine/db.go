@@ -137,6 +137,9 @@ type DB struct {
 	segIO     sync.RWMutex
 	compactMu sync.Mutex // one compaction at a time
 
+	// created is set when this Open created the database (discard.go).
+	created *creation
+
 	recoveryMu sync.Mutex
 	recovery   RecoveryReport // what Open found; damage found later is added
 	// fatalHook, set by tests only, runs on Pebble's fatal path just before
@@ -159,12 +162,20 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	fs := opts.FS
+	made := missingDirs(fs, dir)
 	if err := mkdirAllSynced(fs, dir); err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
 	}
+	_, lockErr := fs.Stat(fs.PathJoin(dir, lockFileName))
 	lock, err := lockDir(fs, dir)
 	if err != nil {
 		return nil, err
+	}
+	// Under the lock: a directory holding nothing but the lock file is a
+	// database this Open creates (Discard may remove it again).
+	var created *creation
+	if names, err := fs.List(dir); err == nil && len(names) == 1 && names[0] == lockFileName {
+		created = &creation{dirs: made, lock: lockErr != nil}
 	}
 	db, retry, err := openOnce(dir, opts, lock, nil)
 	if retry != nil {
@@ -176,6 +187,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	db.created = created
 	return db, nil
 }
 
@@ -698,6 +710,11 @@ func (db *DB) Close() error {
 	if !db.closed.CompareAndSwap(false, true) {
 		return errClosed
 	}
+	return errors.Join(db.shut(), ioErr(db.lock.Close(), "release lock"))
+}
+
+// shut is Close but for the release of the lock.
+func (db *DB) shut() error {
 	db.adm.drain()
 	close(db.stopBg)
 	// The settle loop may be inside a settle whose mark is queued for the
@@ -723,9 +740,8 @@ func (db *DB) Close() error {
 	// Reads in progress finish before the index and the segment files
 	// close under them; later ones are refused.
 	db.reads.drain()
-	err = errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
-		ioErr(db.files.close(), "close segments"), ioErr(db.lock.Close(), "release lock"))
-	return err
+	return errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
+		ioErr(db.files.close(), "close segments"))
 }
 
 func (db *DB) closeIndex() (err error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
 )
 
@@ -164,13 +165,7 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		}
 		had := info.Records
 		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
-		err = db.scanSource(ctx, s, 0, func(rec segment.Record) error {
-			// A long log must not hold Close off to its end.
-			if rec.Seq%4096 == 0 && db.adm.isClosing() {
-				return errClosed
-			}
-			return arrivals.record(rec)
-		})
+		err = db.scanSource(ctx, s, 0, arrivals.record)
 		if err != nil {
 			return rep, err
 		}
@@ -259,6 +254,11 @@ func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info A
 		e := errs.New(errs.CodeDependencyMissing, "anchor %q arrives truncated below seq %d; we hold only %d records", s.id, s.first, had)
 		e.Anchor = s.id
 		return e
+	}
+	if at == 0 {
+		// The arriving log holds no record (a segment with only its
+		// header, which starts at genesis): a prefix of ours.
+		return nil
 	}
 	var theirs segment.Hash
 	if at == s.first-1 {
@@ -373,6 +373,7 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	fs := db.fs
 	root := fs.PathJoin(from, segment.AnchorsDir)
 	var dirs []string
+	idOf := map[string]string{} // the named anchors' directories
 	if only != nil {
 		named := make(map[string]bool, len(only))
 		for _, id := range only {
@@ -390,6 +391,7 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 				return nil, e
 			}
 			dirs = append(dirs, d)
+			idOf[d] = id
 		}
 	} else {
 		fans, err := fs.List(root)
@@ -407,9 +409,9 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 			if len(fan) != 2 || !isHex(fan) {
 				continue
 			}
-			subs, err := fs.List(fs.PathJoin(root, fan))
+			subs, err := listSourceDir(fs, fs.PathJoin(root, fan))
 			if err != nil {
-				return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", fan)
+				return nil, err
 			}
 			slices.Sort(subs)
 			for _, sub := range subs {
@@ -421,17 +423,39 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	}
 	var out []*sourceAnchor
 	for _, d := range dirs {
-		names, err := fs.List(d)
+		names, err := listSourceDir(fs, d)
 		if err != nil {
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", d)
+			return nil, err
 		}
 		s := &sourceAnchor{dir: d}
 		for _, n := range names {
 			if segno, ok := segment.ParseFileName(n); ok {
-				s.segs = append(s.segs, segFile{segno, fs.PathJoin(d, n)})
+				path := fs.PathJoin(d, n)
+				// NB: before any is opened: the open of a FIFO blocks
+				// with no context, and a device reads forever.
+				st, err := fs.Stat(path)
+				if err != nil && !oserrorIsNotExist(err) {
+					return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat source segment %s", path)
+				}
+				if err != nil || !st.Mode().IsRegular() {
+					what := "a dangling link"
+					if err == nil {
+						what = "not a regular file (" + st.Mode().Type().String() + ")"
+					}
+					e := errs.New(errs.CodeInvalidInput, "source segment %s is %s", path, what)
+					e.File = path
+					return nil, e
+				}
+				s.segs = append(s.segs, segFile{segno, path})
 			}
 		}
 		if len(s.segs) == 0 {
+			if only != nil {
+				// Named, and holding no log: as absent as no directory.
+				e := errs.New(errs.CodeDependencyMissing, "anchor %q has no log in %s: its directory %s holds no segment", idOf[d], from, d)
+				e.Anchor, e.File = idOf[d], d
+				return nil, e
+			}
 			continue
 		}
 		slices.SortFunc(s.segs, func(a, b segFile) int { return cmp.Compare(a.segno, b.segno) })
@@ -448,6 +472,21 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 	return out, nil
 }
 
+// listSourceDir lists a directory of the source's anchors tree. Where the
+// tree has a file instead, the source is malformed (INPUT_001).
+func listSourceDir(fs vfs.FS, dir string) ([]string, error) {
+	if st, err := fs.Stat(dir); err == nil && !st.IsDir() {
+		e := errs.New(errs.CodeInvalidInput, "source %s is not a directory, where the anchors tree has one", dir)
+		e.File = dir
+		return nil, e
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	return names, nil
+}
+
 // scanSource reads the arriving log front to back, checking everything the
 // segment scanner checks plus the links between segments, and calls fn for
 // each record with seq >= from (fn may be nil). A full scan (from 0) also
@@ -458,6 +497,9 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 	for i, sf := range s.segs {
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if db.adm.isClosing() {
+			return errClosed
 		}
 		f, err := db.fs.Open(sf.path)
 		if err != nil {
@@ -480,7 +522,20 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 			e.Anchor, e.File = s.id, sf.path
 			return e
 		}
-		for {
+		for n := 1; ; n++ {
+			// A segment may be up to 1 TiB: neither the end of ctx (an
+			// interrupt) nor Close, which waits for the ingest, is left
+			// waiting for the end of one.
+			if n%scanCtxEvery == 0 {
+				err := ctx.Err()
+				if err == nil && db.adm.isClosing() {
+					err = errClosed
+				}
+				if err != nil {
+					f.Close()
+					return err
+				}
+			}
 			fr, err := sc.Next()
 			if errors.Is(err, io.EOF) {
 				break
@@ -510,6 +565,10 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 	}
 	return nil
 }
+
+// scanCtxEvery is how many records scanSource reads between looks at its
+// context and at Close.
+const scanCtxEvery = 1024
 
 func sourceDamage(s *sourceAnchor, path string, err error) error {
 	var fe *segment.FrameError

@@ -11,7 +11,7 @@ import (
 
 // lockDir takes the database's write lock through vfs.FS.Lock.
 func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
-	c, err := fs.Lock(fs.PathJoin(dir, "LOCK"))
+	c, err := fs.Lock(fs.PathJoin(dir, lockFileName))
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeScopeLocked, err, "database %s is open for writing elsewhere", dir)
 	}

@@ -22,7 +22,7 @@ import (
 // pid, read with F_GETLK rather than from the file (which a racing opener
 // could have rewritten). Other filesystems (tests) use vfs.FS.Lock.
 func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
-	path := fs.PathJoin(dir, "LOCK")
+	path := fs.PathJoin(dir, lockFileName)
 	if fs != vfs.Default {
 		c, err := fs.Lock(path)
 		if err != nil {

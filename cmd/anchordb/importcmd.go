@@ -20,6 +20,7 @@ import (
 	"github.com/anchordb/anchordb/internal/jsonobj"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
+	"github.com/zeebo/blake3"
 )
 
 var importCmd = &command{
@@ -51,8 +52,14 @@ first line not appended, counting what was. stdin or a pipe is copied to a tempo
 directory ($TMPDIR) as it is checked, removed when the import ends, also on an error or
 an interrupt.
 
+A counter above 2^62-1 is one only a retry may carry (it is a new append's limit):
+between the passes each such line is checked against the database, and when its
+idempotency key retries neither an append the database holds nor an earlier line of
+the input, the whole import is refused in the same way (INPUT_001 naming the line,
+"imported":0, and a database the import created is removed again).
+
 The second pass appends the lines in atomic batches of --batch lines (fewer when
-their keys and values pass 64 MiB). Refusals that
+their keys and values pass 64 MiB). Other refusals that
 depend on the database's state can only be found then: a counter not above its anchor's
 last, or an idempotency key reused for another request, is STATE_002 (exit 1). On such a
 refusal the import stops: every line before the refused one has been imported (the
@@ -75,17 +82,32 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			// Pass 1: every line is checked before the database is opened,
 			// so a malformed or over-limit line anywhere appends nothing.
 			limits := segment.DefaultLimits()
-			in, lines, cleanup, err := checkImportInput(e, args[0], limits)
+			input, cleanup, err := checkImportInput(e, args[0], limits)
 			defer cleanup()
 			if err != nil {
 				return err
 			}
-			// Pass 2: append.
 			db, err := e.openOrCreate()
 			if err != nil {
 				return err
 			}
-			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: batch, prog: e.newProgress(), total: lines}
+			// Lines whose counter only a retry may carry are checked
+			// against the database before anything is appended.
+			if len(input.over) > 0 {
+				in, err := input.open()
+				if err != nil {
+					return err
+				}
+				if err := checkRetries(e, db, in, input.over, limits); err != nil {
+					return err
+				}
+			}
+			// Pass 2: append.
+			in, err := input.open()
+			if err != nil {
+				return err
+			}
+			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: batch, prog: e.newProgress(), total: input.lines}
 			if noSync {
 				im.opts = []engine.WriteOption{engine.WithNoSync(true)}
 			}
@@ -136,14 +158,30 @@ func plural(n int, noun string) string {
 
 func (e *importError) Unwrap() error { return e.err }
 
+// importInput is an import's input once pass 1 has checked it.
+type importInput struct {
+	lines int // non-blank
+	// over maps the lines whose counter is above engine.MaxCallerCounter,
+	// which only a retry may carry, by overKey of their anchor and
+	// idempotency key, to the first such line of each (checkRetries).
+	over map[[32]byte]int
+	// open returns a reader of the input from its start, yielding only
+	// the bytes pass 1 checked.
+	open func() (io.Reader, error)
+}
+
+// overKey identifies an anchor's idempotency key in importInput.over.
+func overKey(anchor string, key []byte) [32]byte {
+	return blake3.Sum256(append(append([]byte(anchor), 0), key...))
+}
+
 // checkImportInput is the first pass of an import: it parses and checks
 // every line of FILE ('-': stdin) against limits, appending nothing, and
-// returns a reader of the same input from its start for the second pass,
-// with the number of non-blank lines. A regular file is read twice; stdin, a
-// pipe or any other stream is copied to a spool file in the OS temp
-// directory as it is checked, which cleanup removes (call it in every case,
-// also after an error).
-func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader, lines int, cleanup func(), err error) {
+// returns the input, to be read again from its start. A regular file is read
+// again; stdin, a pipe or any other stream is copied to a spool file in the
+// OS temp directory as it is checked, which cleanup removes (call it in
+// every case, also after an error).
+func checkImportInput(e *env, name string, limits segment.Limits) (input importInput, cleanup func(), err error) {
 	var closers []func()
 	cleanup = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -157,9 +195,9 @@ func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader,
 		f, in, regular, err := openInput(e.ctx, name)
 		if err != nil {
 			if e.ctx.Err() != nil {
-				return nil, 0, cleanup, err
+				return input, cleanup, err
 			}
-			return nil, 0, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
+			return input, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
 		}
 		closers = append(closers, func() { f.Close() })
 		src = in
@@ -175,37 +213,43 @@ func checkImportInput(e *env, name string, limits segment.Limits) (in io.Reader,
 		// NB: a stream can be read only once: keep what pass 1 read.
 		spool, err = os.CreateTemp("", "anchordb-import-*.jsonl")
 		if err != nil {
-			return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "create a spool file for the import input")
+			return input, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "create a spool file for the import input")
 		}
 		closers = append(closers, func() { spool.Close(); os.Remove(spool.Name()) })
 		spoolBuf = bufio.NewWriterSize(spool, 1<<20)
 	}
-	lines, err = checkLines(e, src, spoolBuf, limits)
+	input.over = map[[32]byte]int{}
+	input.lines, err = checkLines(e, src, spoolBuf, limits, input.over)
 	if err != nil {
-		return nil, 0, cleanup, err
+		return input, cleanup, err
 	}
 	rewind := file
 	if spool != nil {
 		if err := spoolBuf.Flush(); err != nil {
-			return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "write the spool file of the import input")
+			return input, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "write the spool file of the import input")
 		}
 		rewind = spool
 	}
-	if _, err := rewind.Seek(0, io.SeekStart); err != nil {
-		return nil, 0, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "rewind the import input")
+	input.open = func() (io.Reader, error) {
+		if _, err := rewind.Seek(0, io.SeekStart); err != nil {
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "rewind the import input")
+		}
+		if hasher != nil {
+			// A regular file is read again: what follows pass 1 gets
+			// only bytes that match what was checked (importverify.go).
+			return hasher.verifier(rewind), nil
+		}
+		return rewind, nil
 	}
-	if hasher != nil {
-		// A regular file is read again: pass 2 gets only bytes that match
-		// what was checked (importverify.go).
-		return hasher.verifier(rewind), lines, cleanup, nil
-	}
-	return rewind, lines, cleanup, nil
+	return input, cleanup, nil
 }
 
 // checkLines parses every line of r, copying each (with a newline, so the
-// line numbers stay) to spool when spool is not nil. The first bad line is
-// an importError naming it, with nothing imported.
-func checkLines(e *env, r io.Reader, spool *bufio.Writer, limits segment.Limits) (int, error) {
+// line numbers stay) to spool when spool is not nil, and noting in over the
+// first line of each anchor's idempotency key that comes with a counter
+// above engine.MaxCallerCounter. The first bad line is an importError
+// naming it, with nothing imported.
+func checkLines(e *env, r io.Reader, spool *bufio.Writer, limits segment.Limits, over map[[32]byte]int) (int, error) {
 	br := bufio.NewReaderSize(r, 1<<20)
 	lineNo, lines := 0, 0
 	for {
@@ -236,10 +280,76 @@ func checkLines(e *env, r io.Reader, spool *bufio.Writer, limits segment.Limits)
 			continue
 		}
 		lines++
-		if _, err := parseImportLine(line, limits); err != nil {
+		ent, err := parseImportLine(line, limits)
+		if err != nil {
 			return lines, &importError{line: lineNo, err: err}
 		}
+		if ent.Counter > engine.MaxCallerCounter {
+			k := overKey(ent.Anchor, ent.IdempotencyKey)
+			if _, seen := over[k]; !seen {
+				over[k] = lineNo
+			}
+		}
 	}
+}
+
+// checkRetries is the check between the passes of an import that holds
+// lines with a counter above engine.MaxCallerCounter (with an idempotency
+// key: parseImportLine refuses one without). Such a line may only retry an
+// append (SPEC §7); as a new append it is over a limit, which refuses the
+// whole import before anything is appended (SPEC §9), as pass 1 refuses
+// any other line over a limit. So the first line of each such key (over)
+// must find the key used already: by an earlier line of the input (it is
+// then that line's duplicate, or conflicts with it, found as the lines are
+// appended) or by an append the database holds. r reads the input from its
+// start; over is consumed.
+func checkRetries(e *env, db *engine.DB, r io.Reader, over map[[32]byte]int, limits segment.Limits) error {
+	last := 0
+	for _, n := range over {
+		last = max(last, n)
+	}
+	br := bufio.NewReaderSize(r, 1<<20)
+	for lineNo := 1; lineNo <= last; lineNo++ {
+		if err := e.ctx.Err(); err != nil {
+			return &importError{err: err}
+		}
+		line, err := readLine(br)
+		if err == io.EOF {
+			err = errs.Wrap(errs.CodeInvalidInput, errImportChanged, "it ends before line %d", lineNo)
+		}
+		if err != nil {
+			return &importError{line: lineNo, err: err}
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		ent, err := parseImportLine(line, limits)
+		if err != nil {
+			return &importError{line: lineNo, err: err} // pass 1 took it: a defect
+		}
+		if len(ent.IdempotencyKey) == 0 {
+			continue
+		}
+		k := overKey(ent.Anchor, ent.IdempotencyKey)
+		first, ok := over[k]
+		if !ok || lineNo > first {
+			continue
+		}
+		delete(over, k)
+		if lineNo < first {
+			continue // the over-limit line retries this one
+		}
+		_, used, err := db.IdempotencyReceipt(e.ctx, ent.Anchor, ent.IdempotencyKey)
+		if err != nil {
+			return &importError{line: lineNo, err: err}
+		}
+		if !used {
+			return &importError{line: lineNo, err: errs.New(errs.CodeInvalidInput,
+				"counter %d is above the limit %d for a counter a caller supplies, and idempotency key %q retries no append of anchor %q (only a retry may carry such a counter)",
+				ent.Counter, uint64(engine.MaxCallerCounter), ent.IdempotencyKey, ent.Anchor)}
+		}
+	}
+	return nil
 }
 
 // maxLine bounds one input line: a value at the 16 MiB limit in base64 with

@@ -65,10 +65,15 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 			}
 			e := &env{ctx: context.Background(), g: &globals{dir: filepath.Join(dir, "db"), noProgress: true},
 				stderr: io.Discard, out: newOutput(io.Discard)}
-			in, lines, cleanup, err := checkImportInput(e, path, segment.DefaultLimits())
+			input, cleanup, err := checkImportInput(e, path, segment.DefaultLimits())
 			defer cleanup()
+			lines := input.lines
 			if err != nil || lines != 20 {
 				t.Fatalf("pass 1: %d lines, %v", lines, err)
+			}
+			in, err := input.open()
+			if err != nil {
+				t.Fatal(err)
 			}
 			if err := os.WriteFile(path, tc.change(orig.Bytes()), 0o644); err != nil {
 				t.Fatal(err)

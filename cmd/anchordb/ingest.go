@@ -28,7 +28,9 @@ joined, STATE_002 (exit 1); with --json the error carries both heads:
    "ours":{"seq","hash"},"theirs":{"seq","hash"}}}
 An arriving record that does not verify is INT_* (exit 1). Anchors are joined one after
 another in batches: an ingest that stops there (an error, an interrupt) keeps what it
-joined, and its error says how many records that was ("appended":N with --json).
+joined, and its error says how many records that was ("appended":N with --json). An
+ingest that fails before it joins anything into a --dir that held no database leaves none
+there.
 
 Prints {"from","anchors":[{"anchor","status","had","arrived","appended","head"}],"appended"}
 where status is "new", "extended" or "up_to_date"; without --json one line an anchor.`,

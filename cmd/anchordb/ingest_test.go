@@ -40,3 +40,76 @@ func TestIngestFromANonDatabaseCreatesNothing(t *testing.T) {
 		t.Fatalf("the refused ingest created %s (%v)", dst, err)
 	}
 }
+
+// TestFailedIngestIntoNewDirLeavesNothing: an ingest into a --dir that does
+// not exist yet, refused before it joins anything (an --anchor the source
+// lacks, a source another process holds, a damaged source), exits with its
+// code and leaves no database behind — not even the directory, nor the
+// parents it would have created. Until stop 21's review the refused ingest
+// left an empty database (DBID, LOCK, index, journal) at --dir.
+func TestFailedIngestIntoNewDirLeavesNothing(t *testing.T) {
+	tmp := t.TempDir()
+	src := filepath.Join(tmp, "src")
+	mustRun(t, "--dir", src, "put", "a", "k", "v")
+	mustRun(t, "--dir", src, "put", "b", "k", "v")
+	damaged := filepath.Join(tmp, "damaged")
+	mustRun(t, "--dir", damaged, "put", "a", "k", "v")
+	segs, err := filepath.Glob(filepath.Join(damaged, "anchors", "*", "*", "*"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments of the damaged source: %v %v", segs, err)
+	}
+	b, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 0xff // inside the last frame's hash
+	if err := os.WriteFile(segs[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name string
+		args []string
+		code string
+		exit int
+	}{
+		{"unknown anchor", []string{"--from", src, "--anchor", "does-not-exist"}, "STATE_003", 1},
+		{"a known and an unknown anchor", []string{"--from", src, "--anchor", "a", "--anchor", "nope"}, "STATE_003", 1},
+		{"damaged source", []string{"--from", damaged}, "INT_001", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			parent := filepath.Join(t.TempDir(), "new")
+			dst := filepath.Join(parent, "dst")
+			r := runCLI(t, append([]string{"--dir", dst, "--json", "ingest"}, c.args...)...)
+			wantCode(t, r, c.exit)
+			errObj(t, r, c.code)
+			if _, err := os.Stat(parent); !os.IsNotExist(err) {
+				ents, _ := os.ReadDir(dst)
+				t.Fatalf("the refused ingest left %s behind (%v; in dst: %v)", parent, err, ents)
+			}
+		})
+	}
+
+	// A --dir that exists, empty, stays as it was: empty.
+	dst := filepath.Join(tmp, "empty")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "--dir", dst, "--json", "ingest", "--from", src, "--anchor", "nope")
+	wantCode(t, r, 1)
+	errObj(t, r, "STATE_003")
+	if ents, err := os.ReadDir(dst); err != nil || len(ents) != 0 {
+		t.Fatalf("the refused ingest left files in the empty --dir: %v %v", ents, err)
+	}
+
+	// An existing database is never removed, though nothing was joined.
+	mustRun(t, "--dir", dst, "put", "z", "k", "v")
+	r = runCLI(t, "--dir", dst, "--json", "ingest", "--from", src, "--anchor", "nope")
+	wantCode(t, r, 1)
+	mustRun(t, "--dir", dst, "get", "k")
+
+	// A successful ingest into a new directory keeps what it joined.
+	dst = filepath.Join(tmp, "fresh")
+	mustRun(t, "--dir", dst, "ingest", "--from", src)
+	mustRun(t, "--dir", dst, "log", "b")
+}

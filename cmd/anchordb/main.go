@@ -309,7 +309,7 @@ func (e *env) finish(err error) int {
 		err = errs.Wrap(errs.CodeWriteFailed, ferr, "write output")
 		fmt.Fprintf(e.stderr, "anchordb: %v\n", err)
 	}
-	if cerr := e.closeDB(); cerr != nil {
+	if cerr := e.closeDB(err != nil && !e.out.brokenPipe(err)); cerr != nil {
 		if err == nil || exitCode(err) == exitOK {
 			err = cerr
 		}
@@ -469,12 +469,19 @@ func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
 	return db, nil
 }
 
-func (e *env) closeDB() error {
+// closeDB closes the database. After a failed command it discards one the
+// command created and wrote nothing to (engine.DB.Discard): bad input leaves
+// no empty database behind.
+func (e *env) closeDB(failed bool) error {
 	if e.db == nil {
 		return nil
 	}
 	db := e.db
 	e.db = nil
+	if failed {
+		_, err := db.Discard()
+		return err
+	}
 	return db.Close()
 }
 
