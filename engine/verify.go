@@ -561,7 +561,7 @@ func (v *verifier) checkSnapshots() {
 	// The audit log first: a snapshot that cannot be proved by replay is
 	// held to the entry that recorded its creation, if the log verifies.
 	var vouched map[string]snapshot.AuditItem
-	if _, err := db.VerifyAuditLog(v.ctx); err != nil {
+	if _, err := db.verifyAuditLog(); err != nil { // Verify holds the read gate
 		var e *errs.Error
 		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
 			v.fail(err)
