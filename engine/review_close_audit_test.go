@@ -2,10 +2,13 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -106,5 +109,61 @@ func TestVerifyAuditLogRacingAuditAppend(t *testing.T) {
 	}
 	if head, err = db.VerifyAuditLog(ctx); err != nil || head.Lines != 2 {
 		t.Fatalf("after: %+v, %v", head, err)
+	}
+}
+
+// TestVerifyRacingCompactionRemovingSnapshot: Verify listed the snapshots,
+// then verified each; a compaction that removed one in between (it keeps
+// only the newest) made Verify fail with INPUT_001 "snapshot ... does not
+// exist" instead of reporting on the snapshots the database has. Verify
+// now checks the snapshots and the audit log under compactMu, as one
+// compaction left them.
+func TestVerifyRacingCompactionRemovingSnapshot(t *testing.T) {
+	ctx := context.Background()
+	hfs := &openHookFS{FS: vfs.NewMem(), match: AuditFile}
+	db := mustOpen(t, hfs, Options{})
+	defer db.Close()
+	for i := 0; i < 2; i++ {
+		if _, err := db.Put(ctx, "a", []byte("k"), []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := snapshot.DefaultPolicy()
+	policy.Snapshot = snapshot.Triggers{}
+	policy.KeepSnapshots = 1
+	compacted := make(chan error, 1)
+	hfs.hook = func() {
+		// Verify has listed the snapshots and reads the audit log next:
+		// a compaction now removes the older snapshot, unless it has to
+		// wait for Verify (then it runs once Verify is done).
+		go func() {
+			res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+			if err == nil && len(res.Plan.Actions) == 0 {
+				err = fmt.Errorf("the compaction planned nothing")
+			}
+			compacted <- err
+		}()
+		select {
+		case err := <-compacted:
+			compacted <- err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	hfs.armed.Store(true)
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if hfs.armed.Load() {
+		t.Fatal("Verify did not read the audit log")
+	}
+	if err != nil || !rep.OK {
+		t.Fatalf("verify beside a compaction: %v %+v", err, rep)
+	}
+	if err := <-compacted; err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify after the compaction: %v %+v", err, rep)
 	}
 }
