@@ -614,6 +614,12 @@ func (db *DB) sealedSegments(anchor string, active uint64) ([]snapshot.SealedSeg
 	dir := segment.AnchorDir(db.fs, db.dir, anchor)
 	names, err := db.fs.List(dir)
 	if err != nil {
+		if oserrorIsNotExist(err) {
+			// A new anchor's first records are acknowledged while its
+			// bytes may still be buffered, before its directory is made
+			// (ensureAnchorDir): nothing of it is on disk, sealed or not.
+			return nil, nil
+		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 	}
 	var out []snapshot.SealedSegment
