@@ -180,7 +180,34 @@ func TestCloseStressEveryAPI(t *testing.T) {
 			_, err = db.GetAt(ctx, []byte("3"), f)
 			return notFoundIsNil(err)
 		}
-		ops["prove"] = func(int) error { _, err := db.ProveInclusion(ctx, "a", 1, 0); return err }
+		ops["prove"] = func(int) error {
+			if _, err := db.ProveInclusion(ctx, "a", 1, 0); err != nil {
+				return err
+			}
+			if _, err := db.ProveConsistency(ctx, "a", 1, 5); err != nil {
+				return err
+			}
+			_, _, err := db.AnchorRoot(ctx, "a", 0)
+			return err
+		}
+		ops["range"] = func(int) error {
+			if err := drainV(db.ScanRange(ctx, []byte("1"), []byte("5"))); err != nil {
+				return err
+			}
+			_, _, err := db.MergedRoot(ctx, nil)
+			return err
+		}
+		ops["verify snapshot"] = func(int) error {
+			list, err := db.Snapshots(ctx)
+			if err != nil || len(list) == 0 {
+				return err
+			}
+			_, err = db.VerifySnapshot(ctx, list[len(list)-1].Path)
+			if errors.Is(err, ErrInvalidInput) && strings.Contains(err.Error(), "does not exist") {
+				return nil // a compaction removed it after the listing
+			}
+			return err
+		}
 		ops["anchors"] = func(int) error {
 			for _, err := range db.Anchors(ctx) {
 				if err != nil {
