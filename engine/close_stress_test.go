@@ -261,7 +261,13 @@ func TestCloseStressEveryAPI(t *testing.T) {
 			}()
 		}
 		// Close once every op has made a call, at a varying point after.
-		started.Wait()
+		allStarted := make(chan struct{})
+		go func() { started.Wait(); close(allStarted) }()
+		select {
+		case <-allStarted:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("round %d: a call before Close hangs", round)
+		}
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		closed := make(chan error, 1)
 		go func() { closed <- db.Close() }()
