@@ -301,8 +301,8 @@ func (db *DB) adoptAuditHead() error {
 // the copy was taken. Without it every later audited action was refused
 // (INT_002, lines past those the database wrote) until rebuild-index. A log
 // that does not hold the copy's head is left as it is, for verify to report.
-func (db *DB) catchUpAuditHead(ctx context.Context) error {
-	head, err := db.VerifyAuditLog(ctx)
+func (db *DB) catchUpAuditHead() error {
+	head, err := db.verifyAuditLog()
 	if err != nil {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
 			return err
@@ -323,11 +323,28 @@ func (db *DB) catchUpAuditHead(ctx context.Context) error {
 // every line the index saw appended: a line lost or altered at the end is
 // INT_002, like one in the middle.
 func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
-	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
-	if err != nil {
-		return head, err
+	// The head row is an index read: Close waits for it, and refuses it
+	// once closing (a read of the closed Pebble panics).
+	if err := db.beginRead(ctx); err != nil {
+		return snapshot.AuditHead{}, err
 	}
+	defer db.endRead()
+	return db.verifyAuditLog()
+}
+
+// verifyAuditLog is VerifyAuditLog for callers in the read gate already
+// (Verify) or before the database serves (Open).
+func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
+	// The count of lines appended first, then the log: an append (under
+	// compactMu, which this does not take) writes its line before it
+	// counts it, and lines are only added, so every line counted is in the
+	// log read after. Read the other way round, a line appended in between
+	// was counted but not read: a sound log reported short (INT_002).
 	rec, ok, err := db.metaBytes(metaAudit)
+	if err != nil {
+		return snapshot.AuditHead{}, err
+	}
+	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
 	if err != nil || !ok || len(rec) != 8+segment.HashSize {
 		return head, err
 	}
@@ -597,6 +614,12 @@ func (db *DB) sealedSegments(anchor string, active uint64) ([]snapshot.SealedSeg
 	dir := segment.AnchorDir(db.fs, db.dir, anchor)
 	names, err := db.fs.List(dir)
 	if err != nil {
+		if oserrorIsNotExist(err) {
+			// A new anchor's first records are acknowledged while its
+			// bytes may still be buffered, before its directory is made
+			// (ensureAnchorDir): nothing of it is on disk, sealed or not.
+			return nil, nil
+		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 	}
 	var out []snapshot.SealedSegment

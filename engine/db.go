@@ -346,7 +346,7 @@ func (db *DB) open() error {
 	db.recovery.Clean = clean == 1
 	if stale {
 		// Before recovery, whose settle makes the row durable.
-		if err := db.catchUpAuditHead(context.Background()); err != nil {
+		if err := db.catchUpAuditHead(); err != nil {
 			return err
 		}
 	}
