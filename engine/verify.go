@@ -89,7 +89,10 @@ type VerifyProgress struct {
 // INT_004 (the index disagrees with the segments), AUTH_003 (a checkpoint's
 // signature). Anchor, Seq, File and Offset locate it where it has a place:
 // File and Offset name the segment file and the byte offset of the damaged
-// frame (0 for a header; the seal's offset for a seal).
+// frame (0 for a header; the seal's offset for a seal), or the snapshot file
+// and the offset its reader located the damage at (0 for its header or the
+// file as a whole). Message says what is wrong without the code and reason,
+// which Code and Reason carry.
 type Finding struct {
 	Code    Code   `json:"code"`
 	Reason  string `json:"reason"`
@@ -567,7 +570,7 @@ func (v *verifier) checkSnapshots() {
 			v.fail(err)
 			return
 		}
-		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: e.Error()})
+		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: errs.Message(err)})
 	} else if vouched, err = db.auditedSnapshots(); err != nil {
 		v.fail(err)
 		return
@@ -599,6 +602,12 @@ func (v *verifier) checkSnapshots() {
 			v.fail(err)
 			return
 		}
-		v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Message: e.Error()})
+		// NB: the reader locates the damage in the file (a frame, the
+		// footer); the finding keeps that offset, as snapshot verify does.
+		f := Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Offset: e.Offset, Message: errs.Message(err)}
+		if e.File != "" && e.File != s.Path {
+			f.Offset = 0 // located in another file (a base snapshot): not a place in this one
+		}
+		v.report(f)
 	}
 }

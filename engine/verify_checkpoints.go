@@ -26,7 +26,7 @@ func (v *verifier) checkCheckpoints() {
 		s := &v.stored[i]
 		v.checkCheckpointName(s, i)
 		if s.Err != nil {
-			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is not a well-formed signed checkpoint: %v", s.Err)})
+			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is not a well-formed signed checkpoint: %s", errs.Message(s.Err))})
 			continue
 		}
 		if len(v.opts.VerifierKeys) > 0 {
@@ -35,7 +35,7 @@ func (v *verifier) checkCheckpoints() {
 				if code != errs.CodeHashMismatch {
 					code = errs.CodeSignatureInvalid
 				}
-				v.report(Finding{Code: code, File: s.Path, Message: fmt.Sprintf("stored checkpoint: %v", err)})
+				v.report(Finding{Code: code, File: s.Path, Message: fmt.Sprintf("stored checkpoint: %s", errs.Message(err))})
 				continue
 			}
 		}
@@ -49,7 +49,7 @@ func (v *verifier) checkCheckpoints() {
 		}
 		if prev != nil {
 			if err := proof.CheckConsistent(v.ctx, prev.Checkpoint, cp, nil); err != nil && v.ctx.Err() == nil {
-				v.report(Finding{Code: errs.CodeChainBroken, File: s.Path, Message: fmt.Sprintf("stored checkpoint contradicts the one before it (%s): %v", prev.Name, err)})
+				v.report(Finding{Code: errs.CodeChainBroken, File: s.Path, Message: fmt.Sprintf("stored checkpoint contradicts the one before it (%s): %s", prev.Name, errs.Message(err))})
 			}
 		}
 		prev = s
@@ -103,7 +103,7 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 			v.fail(err)
 			return
 		}
-		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %v", e.Size, e.Root, c.from.Size, err)
+		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %s", e.Size, e.Root, c.from.Size, errs.Message(err))
 	}
 }
 

@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// codeTextRE matches the "CODE reason" a coded error prints before its
+// message. A finding carries its code and reason in fields of their own
+// (SPEC §10), so its message must not repeat one.
+var codeTextRE = regexp.MustCompile(`\b[A-Z]+_[0-9]{3} [a-z_]+\b`)
+
+// checkFindingMessages fails the test for a finding whose message holds a
+// code's text.
+func checkFindingMessages(t *testing.T, rep VerifyReport) {
+	t.Helper()
+	for _, f := range rep.Failures {
+		if m := codeTextRE.FindString(f.Message); m != "" {
+			t.Errorf("finding %s at %s offset %d: the message repeats the code text %q: %q", f.Code, f.File, f.Offset, m, f.Message)
+		}
+	}
+}
+
+// TestReview3VerifySnapshotFindingKeepsOffset: a damaged snapshot's finding
+// carries the byte offset the snapshot reader located the damage at, as
+// VerifySnapshot reports it, and a message without the code's text.
+func TestReview3VerifySnapshotFindingKeepsOffset(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	for i := 0; i < 50; i++ {
+		if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%3), []byte(fmt.Sprintf("k%d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := db.CreateSnapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := fs.UnsafeGetFileDataBuffer(info.Path)
+	data[len(data)/2] ^= 1
+	_, verr := db.VerifySnapshot(ctx, info.Path)
+	var want *errs.Error
+	if !errors.As(verr, &want) || want.Code != errs.CodeSnapshotCorrupted || want.Offset == 0 {
+		t.Fatalf("VerifySnapshot of the damaged file: %v; want INT_003 located at a non-zero offset", verr)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK || len(rep.Failures) != 1 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	f := rep.Failures[0]
+	if f.Code != errs.CodeSnapshotCorrupted || f.File != info.Path || f.Offset != want.Offset {
+		t.Errorf("finding %s %s offset %d; want INT_003 %s offset %d", f.Code, f.File, f.Offset, info.Path, want.Offset)
+	}
+	if ferr := f.Err(); ferr.Offset != want.Offset || !errors.Is(ferr, ErrSnapshotCorrupted) {
+		t.Errorf("finding as an error: %v offset %d", ferr, ferr.Offset)
+	}
+	checkFindingMessages(t, rep)
+}
+
+// TestReview3VerifyFindingMessagesHaveNoCode: findings built from a coded
+// error (a stored checkpoint that fails its signature or contradicts the
+// one before it, the audit log) keep that error's message but not its
+// "CODE reason" text, which the finding carries in its own fields.
+func TestReview3VerifyFindingMessagesHaveNoCode(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	skey, vkey, err := proof.GenerateKeys("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := db.Checkpoints(ctx)
+	if err != nil || len(stored) != 4 {
+		t.Fatalf("checkpoints: %d %v", len(stored), err)
+	}
+	// A signature byte flipped: AUTH_003 with a verifier key.
+	sig, _ := fs.UnsafeGetFileDataBuffer(stored[1].Path)
+	sig[len(sig)-20] = otherBase64(sig[len(sig)-20])
+	// The audit log's last line damaged.
+	audit, _ := fs.UnsafeGetFileDataBuffer(db.AuditPath())
+	audit[len(audit)-10] ^= 1
+
+	rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+	if err != nil || rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	codes := map[errs.Code]bool{}
+	for _, f := range rep.Failures {
+		codes[f.Code] = true
+	}
+	if !codes[errs.CodeSignatureInvalid] || len(codes) < 2 {
+		t.Fatalf("findings %+v; want AUTH_003 for the checkpoint and one for the audit log", rep.Failures)
+	}
+	checkFindingMessages(t, rep)
+}
+
+// otherBase64 returns a base64 character other than c, so that a signature
+// changed with it still decodes, to other bytes.
+func otherBase64(c byte) byte {
+	if c == 'A' {
+		return 'B'
+	}
+	return 'A'
+}
