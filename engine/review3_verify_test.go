@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -122,4 +123,43 @@ func otherBase64(c byte) byte {
 		return 'B'
 	}
 	return 'A'
+}
+
+// TestReview3VerifyStoredCheckpointSignatureRespelled: a stored
+// checkpoint whose signature line was changed in a way the note package's
+// lenient base64 decoding does not see (the unused low bits of its last
+// character) is an AUTH_003 finding when verify is given the key.
+func TestReview3VerifyStoredCheckpointSignatureRespelled(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	skey, vkey, err := proof.GenerateKeys("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := db.Checkpoints(ctx)
+	if err != nil || len(stored) != 1 {
+		t.Fatalf("checkpoints: %d %v", len(stored), err)
+	}
+	data, _ := fs.UnsafeGetFileDataBuffer(stored[0].Path)
+	// "…<last data character>=\n": 68 bytes of key hash and signature.
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	at := len(data) - 3
+	data[at] = alphabet[strings.IndexByte(alphabet, data[at])^1]
+	rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+	if err != nil || rep.OK || len(rep.Failures) != 1 || rep.Failures[0].Code != errs.CodeSignatureInvalid || rep.Failures[0].File != stored[0].Path {
+		t.Fatalf("verify of a re-spelled signature: %+v %v; want one AUTH_003 finding", rep, err)
+	}
+	checkFindingMessages(t, rep)
+	// And a new checkpoint cannot be made on top of it.
+	if _, _, err := db.CreateCheckpoint(ctx, skey); !errors.Is(err, ErrSignatureInvalid) {
+		t.Fatalf("checkpoint over a re-spelled one: %v, want AUTH_003", err)
+	}
 }
