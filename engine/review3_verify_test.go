@@ -163,3 +163,42 @@ func TestReview3VerifyStoredCheckpointSignatureRespelled(t *testing.T) {
 		t.Fatalf("checkpoint over a re-spelled one: %v, want AUTH_003", err)
 	}
 }
+
+// TestReview3VerifyMissingAuditedSnapshot: a snapshot the audit log
+// records as created, and not as removed, whose file is gone is an INT_003
+// finding. Only a compaction removes a snapshot, and it audits the removal
+// first; a file gone otherwise is lost or deleted by hand — after a
+// truncation, with it the only copy of the state below the cut — and
+// verify said nothing.
+func TestReview3VerifyMissingAuditedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil || len(list) != 1 {
+		t.Fatalf("snapshots: %+v %v", list, err)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("before: %+v %v", rep, err)
+	}
+	if err := fs.Remove(list[0].Path); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK || len(rep.Failures) != 1 {
+		t.Fatalf("verify without the snapshot the log was cut below: %+v %v; want one INT_003 finding", rep, err)
+	}
+	f := rep.Failures[0]
+	if f.Code != errs.CodeSnapshotCorrupted || f.File != list[0].Path || !strings.Contains(f.Message, list[0].Name) {
+		t.Errorf("finding %+v; want INT_003 naming %s", f, list[0].Path)
+	}
+	checkFindingMessages(t, rep)
+	// SkipSnapshots leaves it out, as it leaves out the files.
+	if rep, err := db.Verify(ctx, VerifyOptions{SkipSnapshots: true}); err != nil || !rep.OK {
+		t.Fatalf("SkipSnapshots: %+v %v", rep, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -549,8 +550,9 @@ func (v *verifier) unknownAnchorRows() {
 }
 
 // checkSnapshots verifies every snapshot, its replay proof included (INT_003
-// for each that fails), and the audit log's chain against the head the index
-// recorded (INT_002).
+// for each that fails, and for each the audit log records as created and not
+// removed whose file is missing), and the audit log's chain against the head
+// the index recorded (INT_002).
 func (v *verifier) checkSnapshots() {
 	if v.opts.SkipSnapshots {
 		return
@@ -609,5 +611,20 @@ func (v *verifier) checkSnapshots() {
 			f.Offset = 0 // located in another file (a base snapshot): not a place in this one
 		}
 		v.report(f)
+	}
+	// NB: only a compaction removes a snapshot, and it audits the removal
+	// before it deletes the file. One the log records as created and not
+	// removed is the database's; its file gone is a loss, and after a
+	// truncation below its frontier it was the only copy of that state.
+	present := make(map[string]bool, len(list))
+	for _, s := range list {
+		present[s.Name] = true
+	}
+	names := slices.Sorted(maps.Keys(vouched))
+	for _, name := range names {
+		if !present[name] && !v.halted() {
+			v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: db.fs.PathJoin(db.SnapshotsDir(), name), Message: fmt.Sprintf(
+				"snapshot %s, which the audit log records as created and not as removed, is missing", name)})
+		}
 	}
 }
