@@ -380,7 +380,7 @@ func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref st
 				continue
 			}
 		}
-		v, err := db.VerifySnapshot(ctx, path)
+		v, err := db.verifySnapshot(ctx, path, false)
 		if err != nil {
 			return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -201,4 +203,117 @@ func TestReview3VerifyMissingAuditedSnapshot(t *testing.T) {
 	if rep, err := db.Verify(ctx, VerifyOptions{SkipSnapshots: true}); err != nil || !rep.OK {
 		t.Fatalf("SkipSnapshots: %+v %v", rep, err)
 	}
+}
+
+// rewriteSnapshot writes a snapshot with s's frontier and entries, the
+// value of key changed, into the snapshots directory, removes s and
+// returns the new one: well-formed, hashes recomputed, another name.
+func rewriteSnapshot(t *testing.T, fs vfs.FS, db *DB, s snapshot.Info, key []byte) snapshot.Info {
+	t.Helper()
+	r, err := snapshot.Open(fs, s.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	changed := false
+	for e, err := range r.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		e = e.Clone()
+		if bytes.Equal(e.Key, key) {
+			e.Value, changed = []byte("FORGED"), true
+		}
+		entries = append(entries, e)
+	}
+	_ = r.Close()
+	if !changed {
+		t.Fatalf("snapshot %s has no key %q", s.Name, key)
+	}
+	forged, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: s.Frontier, PolicyRef: s.PolicyRef, Created: s.Created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snapshot.Delete(fs, s.Path); err != nil {
+		t.Fatal(err)
+	}
+	return forged
+}
+
+// TestReview3SnapshotVerifyHoldsUnreplayableToAuditLog: VerifySnapshot
+// (snapshot verify) of a snapshot it cannot prove by replay — the log below
+// it truncated, no older snapshot to start from — said ok ("the file and
+// its state hash verify") for a rewrite with another value: those hashes
+// are unkeyed. Like verify, it now requires the audit log's record of the
+// snapshot's creation, with the same file and state hashes (INT_003
+// otherwise). And a base a replay starts from must be so recorded: a pair
+// of rewrites, the newer replayed from the older, proved each other.
+func TestReview3SnapshotVerifyHoldsUnreplayableToAuditLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	// Two compactions: the first snapshot s1 is below the cut, which no
+	// older snapshot covers; the second, s2, replays from it.
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a1", 30, "late")
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("snapshots: %d %v", len(list), err)
+	}
+	s1, s2 := list[0], list[1]
+	if v, err := db.VerifySnapshot(ctx, s1.Path); err != nil || v.Replayed {
+		t.Fatalf("the scenario needs a snapshot the log cannot replay: %+v %v", v, err)
+	}
+	if v, err := db.VerifySnapshot(ctx, s2.Path); err != nil || !v.Replayed || v.Base != s1.Name {
+		t.Fatalf("the scenario needs a snapshot replayed from %s: %+v %v", s1.Name, v, err)
+	}
+	// A key of the fixture's, which fillAnchor does not write.
+	key := []byte("k001")
+
+	f1 := rewriteSnapshot(t, fs, db, s1, key)
+	_, err = db.VerifySnapshot(ctx, f1.Path)
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.CodeSnapshotCorrupted || e.File != f1.Path {
+		t.Fatalf("VerifySnapshot of a rewritten snapshot the log cannot replay: %v; want INT_003 naming %s", err, f1.Path)
+	}
+	// The genuine s2 is not replayed from the rewrite (nor blamed for it):
+	// without a base the audit log vouches for, it is held to its own
+	// record, which it matches.
+	if v, err := db.VerifySnapshot(ctx, s2.Path); err != nil || v.Base == f1.Name {
+		t.Fatalf("VerifySnapshot of %s with a rewritten base beside it: %+v %v", s2.Name, v, err)
+	}
+	f2 := rewriteSnapshot(t, fs, db, s2, key)
+	if v, err := db.VerifySnapshot(ctx, f2.Path); err == nil {
+		t.Fatalf("a rewritten snapshot proves from the rewritten base %q: %+v", v.Base, v)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	bad := map[string]bool{}
+	for _, f := range rep.Failures {
+		if f.Code != errs.CodeSnapshotCorrupted {
+			t.Errorf("finding %+v; want INT_003 only", f)
+		}
+		bad[f.File] = true
+	}
+	for _, p := range []string{f1.Path, f2.Path, s1.Path, s2.Path} {
+		if !bad[p] {
+			t.Errorf("no finding for %s: %+v", p, rep.Failures)
+		}
+	}
+	checkFindingMessages(t, rep)
 }
