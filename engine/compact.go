@@ -321,15 +321,23 @@ func (db *DB) catchUpAuditHead(ctx context.Context) error {
 
 // VerifyAuditLog checks the audit log's hash chain and that it still holds
 // every line the index saw appended: a line lost or altered at the end is
-// INT_002, like one in the middle.
+// INT_002, like one in the middle; an index record of the head that cannot
+// be read is INT_004.
 func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
 	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
 	if err != nil {
 		return head, err
 	}
 	rec, ok, err := db.metaBytes(metaAudit)
-	if err != nil || !ok || len(rec) != 8+segment.HashSize {
+	if err != nil || !ok {
 		return head, err
+	}
+	if len(rec) != 8+segment.HashSize {
+		// NB: not "no head": the head is what tells a lost or altered last
+		// line from a torn append, so one that cannot be read is a finding.
+		e := errs.New(errs.CodeIndexMismatch, "the index's record of the audit log's head is %d bytes, not %d", len(rec), 8+segment.HashSize)
+		e.File = db.AuditPath()
+		return head, e
 	}
 	n := be.Uint64(rec)
 	if head.Lines < n {

@@ -12,6 +12,7 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -314,6 +315,36 @@ func TestReview3SnapshotVerifyHoldsUnreplayableToAuditLog(t *testing.T) {
 		if !bad[p] {
 			t.Errorf("no finding for %s: %+v", p, rep.Failures)
 		}
+	}
+	checkFindingMessages(t, rep)
+}
+
+// TestReview3VerifyMalformedAuditHeadRow: the index's record of the audit
+// log's head is what tells a lost or altered last line from a torn append.
+// A malformed row was taken as no row at all, so with it damaged the last
+// line of the log could go and verify said ok. It is INT_004 now, as a
+// malformed meta row is elsewhere.
+func TestReview3VerifyMalformedAuditHeadRow(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	row, ok, err := db.metaBytes(metaAudit)
+	if err != nil || !ok {
+		t.Fatalf("no audit head row: %v", err)
+	}
+	if err := db.index.Set(metaKey(metaAudit), row[:8], pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK || len(rep.Failures) != 1 || rep.Failures[0].Code != errs.CodeIndexMismatch || rep.Failures[0].File != db.AuditPath() {
+		t.Fatalf("verify with a malformed audit head row: %+v %v; want one INT_004 finding for the audit log", rep, err)
 	}
 	checkFindingMessages(t, rep)
 }
