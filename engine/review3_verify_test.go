@@ -11,6 +11,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -345,6 +346,44 @@ func TestReview3VerifyMalformedAuditHeadRow(t *testing.T) {
 	rep, err := db.Verify(ctx, VerifyOptions{})
 	if err != nil || rep.OK || len(rep.Failures) != 1 || rep.Failures[0].Code != errs.CodeIndexMismatch || rep.Failures[0].File != db.AuditPath() {
 		t.Fatalf("verify with a malformed audit head row: %+v %v; want one INT_004 finding for the audit log", rep, err)
+	}
+	checkFindingMessages(t, rep)
+}
+
+// TestReview3VerifyDeferredRowMessages: a 'k' row a rebuild from a
+// snapshot wrote, whose record is damaged, is reported with the record's
+// problem in words, not with the code of the error that carried it (the
+// finding has its own).
+func TestReview3VerifyDeferredRowMessages(t *testing.T) {
+	ctx := context.Background()
+	db, rows := deferredFixture(t)
+	mem, ok := db.fs.(*vfs.MemFS)
+	if !ok {
+		t.Skipf("the fixture's filesystem is a %T", db.fs)
+	}
+	ve, err := decodeVersionEntry(rows["a1"][0][1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, ok, err := db.seqEntry("a1", ve.Seq)
+	if err != nil || !ok || row.Size == 0 {
+		t.Fatalf("'s' row of a1 seq %d: %+v %v %v", ve.Seq, row, ok, err)
+	}
+	data, err := mem.UnsafeGetFileDataBuffer(db.fs.PathJoin(segment.AnchorDir(db.fs, "db", "a1"), segment.FileName(row.Segno)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[row.Offset+int64(row.Size)/2] ^= 1
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	found := false
+	for _, f := range rep.Failures {
+		found = found || strings.Contains(f.Message, "cannot be read")
+	}
+	if !found {
+		t.Fatalf("no finding for the deferred row of seq %d: %+v", ve.Seq, rep.Failures)
 	}
 	checkFindingMessages(t, rep)
 }
