@@ -68,10 +68,12 @@ type VerifyOptions struct {
 	// malformed key fails Verify with INPUT_001. Without them only the
 	// checkpoints' bodies are checked.
 	VerifierKeys []string
-	// Snapshots checks the database's snapshots (INT_003 findings). Nil
-	// means the engine's default, if one is registered.
-	// SkipSnapshots leaves out the snapshot files and their replay proofs
-	// (the slowest part on a database with large snapshots).
+	// SkipSnapshots leaves out the snapshot files, their replay proofs and
+	// the audit log (the slowest part on a database with large snapshots).
+	// Otherwise each snapshot is proved as VerifySnapshot proves it
+	// (INT_003 findings), one the audit log records as created and not
+	// removed must be there (INT_003), and the audit log's chain must hold
+	// every line the index saw appended (INT_002).
 	SkipSnapshots bool
 }
 
