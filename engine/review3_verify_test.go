@@ -387,3 +387,57 @@ func TestReview3VerifyDeferredRowMessages(t *testing.T) {
 	}
 	checkFindingMessages(t, rep)
 }
+
+// TestReview3VerifyReplayedStoredCheckpoint: the database numbers the
+// checkpoints it stores 1, 2, 3, …, each once. A genuine older checkpoint
+// copied in under a number already taken (its own time in the name, so it
+// sorts before the checkpoint it doubles) extended the one before it and
+// was extended by the one after, and verify said ok. A number that appears
+// twice is INT_002 now; a copy under the next number was already caught,
+// as a shrink.
+func TestReview3VerifyReplayedStoredCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	skey, vkey, err := proof.GenerateKeys("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprint("k", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, err := db.Checkpoints(ctx)
+	if err != nil || len(stored) != 2 {
+		t.Fatalf("checkpoints: %d %v", len(stored), err)
+	}
+	first := stored[0]
+	_, stamp, _ := strings.Cut(first.Name, "-")
+	for _, tc := range []struct {
+		name string
+		seq  int
+	}{{"under a number taken", 2}, {"under the next number", 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := fs.PathJoin(db.dir, CheckpointsDir, fmt.Sprintf("%016d-%s", tc.seq, stamp))
+			if err := writeFileAtomic(fs, fs.PathJoin(db.dir, CheckpointsDir), fs.PathBase(path), first.Note); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = fs.Remove(path) }()
+			rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+			if err != nil || rep.OK {
+				t.Fatalf("verify with checkpoint 1 copied in as %d: %+v %v", tc.seq, rep, err)
+			}
+			for _, f := range rep.Failures {
+				if f.Code != errs.CodeChainBroken {
+					t.Errorf("finding %+v; want INT_002", f)
+				}
+			}
+			checkFindingMessages(t, rep)
+		})
+	}
+}

@@ -108,16 +108,25 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 }
 
 // checkCheckpointName checks what a stored checkpoint's file name records
-// of it when it was stored: its place in the sequence (1, 2, 3, …; the
-// oldest may have been removed, none in the middle) and its time, which
+// of it when it was stored: its place in the sequence (1, 2, 3, …, each
+// once; the oldest may have been removed, none in the middle) and its time, which
 // is also in its signed body. Without a verifier key, these are what shows
 // a checkpoint deleted from the middle, or a body edited after signing.
 func (v *verifier) checkCheckpointName(s *StoredCheckpoint, i int) {
 	seq := checkpointSeq(s.Name)
 	if i > 0 {
-		if prev := checkpointSeq(v.stored[i-1].Name); prev != 0 && seq > prev+1 {
+		prev := checkpointSeq(v.stored[i-1].Name)
+		switch {
+		case prev != 0 && seq > prev+1:
 			v.report(Finding{Code: errs.CodeChainBroken, File: s.Path,
 				Message: fmt.Sprintf("stored checkpoints %d to %d are missing: the one before this is %s", prev+1, seq-1, v.stored[i-1].Name)})
+		case prev != 0 && seq != 0 && seq <= prev:
+			// NB: the database stores each number once. A second file
+			// under one is not one it stored there: a copy of an older
+			// checkpoint, say, which extends the one before it and is
+			// extended by the one after, so nothing else shows it.
+			v.report(Finding{Code: errs.CodeChainBroken, File: s.Path,
+				Message: fmt.Sprintf("stored checkpoint number %d appears more than once: the one before this is %s", seq, v.stored[i-1].Name)})
 		}
 	}
 	if s.Err != nil {
