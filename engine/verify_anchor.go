@@ -295,7 +295,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 	leaf := segment.LeafHash(rec.Hash)
 	path2, err := proof.Inclusion(v.ctx, st, size-1, size)
 	if err == nil {
-		err = merkleproof.VerifyInclusion(segment.Blake3RFC6962, size-1, size, leaf[:], path2, c.from.Root[:])
+		err = proof.MerkleError(merkleproof.VerifyInclusion(segment.Blake3RFC6962, size-1, size, leaf[:], path2, c.from.Root[:]))
 	}
 	if err != nil {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {

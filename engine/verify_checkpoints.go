@@ -96,7 +96,7 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 		if e.Size == 0 {
 			return
 		}
-		err = merkleproof.VerifyConsistency(segment.Blake3RFC6962, e.Size, c.from.Size, path, e.Root[:], c.from.Root[:])
+		err = proof.MerkleError(merkleproof.VerifyConsistency(segment.Blake3RFC6962, e.Size, c.from.Size, path, e.Root[:], c.from.Root[:]))
 	}
 	if err != nil {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
