@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
@@ -439,5 +440,50 @@ func TestReview3VerifyReplayedStoredCheckpoint(t *testing.T) {
 			}
 			checkFindingMessages(t, rep)
 		})
+	}
+}
+
+// TestReview3VerifyAuditLinesPastTheHead: a line appended to the audit
+// log by anyone but the database (the chain has no key: anyone can extend
+// it) is past the head the index recorded. It vouches for nothing and the
+// database refuses to append after it (INT_002), yet verify said ok. It is
+// an INT_002 finding now, naming the first such line; a line the database
+// was about to write when it stopped (its index recorded it as next) is
+// not.
+func TestReview3VerifyAuditLinesPastTheHead(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := db.CreateSnapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("before: %+v %v", rep, err)
+	}
+	line, err := snapshot.Append(fs, db.AuditPath(), snapshot.AuditEntry{Time: time.Now(), Action: string(snapshot.ActionDeleteSnapshot),
+		Removed: []snapshot.AuditItem{snapshot.SnapshotItem(info)}, Note: "not by the database"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil || rep.OK || len(rep.Failures) != 1 {
+		t.Fatalf("verify with a line appended past the head: %+v %v; want one INT_002 finding", rep, err)
+	}
+	if f := rep.Failures[0]; f.Code != errs.CodeChainBroken || f.File != db.AuditPath() || f.Seq != line.Seq {
+		t.Errorf("finding %+v; want INT_002 at line %d of %s", f, line.Seq, db.AuditPath())
+	}
+	checkFindingMessages(t, rep)
+	// The database's own next line, written before its head row was: the
+	// index recorded it as next, which vouches for it.
+	if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(line.Seq, line.Hash), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify with the line the index recorded as next: %+v %v", rep, err)
 	}
 }

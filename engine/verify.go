@@ -551,6 +551,27 @@ func (v *verifier) unknownAnchorRows() {
 	}
 }
 
+// auditPastHead reports lines of the audit log past the head the index
+// recorded (with the line an append recorded as next): the chain has no
+// key, so anyone can extend it, and such a line is not the database's. It
+// vouches for nothing, and the database appends nothing after it (INT_002),
+// so verify says so too. An index without a head row (from before the
+// head was kept) has nothing to compare.
+func (v *verifier) auditPastHead(head snapshot.AuditHead) error {
+	db := v.db
+	_, hasHead, err := db.metaBytes(metaAudit)
+	if err != nil || !hasHead {
+		return err
+	}
+	n, _, err := db.auditHead()
+	if err != nil || head.Lines <= n {
+		return err
+	}
+	v.report(Finding{Code: errs.CodeChainBroken, File: db.AuditPath(), Seq: n + 1, Message: fmt.Sprintf(
+		"audit log has %d lines past the %d the database wrote: lines it did not write vouch for nothing, and nothing more is appended after them", head.Lines-n, n)})
+	return nil
+}
+
 // checkSnapshots verifies every snapshot, its replay proof included (INT_003
 // for each that fails, and for each the audit log records as created and not
 // removed whose file is missing), and the audit log's chain against the head
@@ -568,7 +589,7 @@ func (v *verifier) checkSnapshots() {
 	// The audit log first: the snapshots it records as created must be
 	// there, if the log verifies.
 	var vouched map[string]snapshot.AuditItem
-	if _, err := db.VerifyAuditLog(v.ctx); err != nil {
+	if head, err := db.VerifyAuditLog(v.ctx); err != nil {
 		var e *errs.Error
 		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
 			v.fail(err)
@@ -576,6 +597,9 @@ func (v *verifier) checkSnapshots() {
 		}
 		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: errs.Message(err)})
 	} else if vouched, err = db.auditedSnapshots(); err != nil {
+		v.fail(err)
+		return
+	} else if err := v.auditPastHead(head); err != nil {
 		v.fail(err)
 		return
 	}
