@@ -321,7 +321,8 @@ func (db *DB) catchUpAuditHead() error {
 
 // VerifyAuditLog checks the audit log's hash chain and that it still holds
 // every line the index saw appended: a line lost or altered at the end is
-// INT_002, like one in the middle.
+// INT_002, like one in the middle; an index record of the head that cannot
+// be read is INT_004.
 func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
 	// The head row is an index read: Close waits for it, and refuses it
 	// once closing (a read of the closed Pebble panics).
@@ -345,8 +346,15 @@ func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
 		return snapshot.AuditHead{}, err
 	}
 	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
-	if err != nil || !ok || len(rec) != 8+segment.HashSize {
+	if err != nil || !ok {
 		return head, err
+	}
+	if len(rec) != 8+segment.HashSize {
+		// NB: not "no head": the head is what tells a lost or altered last
+		// line from a torn append, so one that cannot be read is a finding.
+		e := errs.New(errs.CodeIndexMismatch, "the index's record of the audit log's head is %d bytes, not %d", len(rec), 8+segment.HashSize)
+		e.File = db.AuditPath()
+		return head, e
 	}
 	n := be.Uint64(rec)
 	if head.Lines < n {
@@ -397,7 +405,7 @@ func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref st
 				continue
 			}
 		}
-		v, err := db.VerifySnapshot(ctx, path)
+		v, err := db.verifySnapshot(ctx, path, false)
 		if err != nil {
 			return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
 		}

@@ -225,7 +225,21 @@ type SnapshotVerification struct {
 // head hashes must be the log's. Any failure is INT_003 naming the file.
 // The replay keeps its state in a scratch Pebble store beside the index, so
 // memory does not grow with the state.
+//
+// Below a truncation the replay starts from an older snapshot (Base), which
+// must be one the audit log records as created with its file and state
+// hashes. When no replay is possible (Replayed false, Note says why) the
+// snapshot itself must be so recorded: its hashes are unkeyed, so anyone
+// can write a well-formed snapshot, and once the log below it is gone only
+// the audit log says which one is the database's (INT_003 otherwise).
 func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerification, error) {
+	return db.verifySnapshot(ctx, path, true)
+}
+
+// verifySnapshot is VerifySnapshot; with held false, a snapshot that cannot
+// be replayed is not held to the audit log (a compaction about to adopt one
+// the log lacks, which then refuses it with STATE_003).
+func (db *DB) verifySnapshot(ctx context.Context, path string, held bool) (SnapshotVerification, error) {
 	var out SnapshotVerification
 	if err := db.beginRead(ctx); err != nil {
 		return out, err
@@ -254,6 +268,39 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 			return out, bad("snapshot frontier says anchor %q seq %d has hash %s; the log says %s", id, f[id], info.Frontier[id].Hash, e.Hash)
 		}
 	}
+	// What the audit log vouches for, read once, when first needed.
+	var vouched map[string]snapshot.AuditItem
+	var unvouched string // why the log vouches for nothing
+	readAudit := false
+	loadVouchers := func() error {
+		if !readAudit {
+			readAudit = true
+			var err error
+			if vouched, unvouched, err = db.vouchedSnapshots(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// noReplay ends the check of a snapshot no replay can prove.
+	noReplay := func(note string) (SnapshotVerification, error) {
+		out.Note = note
+		if !held {
+			return out, nil
+		}
+		if err := loadVouchers(); err != nil {
+			return out, err
+		}
+		if !vouches(vouched, info) {
+			why := "the audit log records no snapshot of that name with its file and state hashes"
+			if unvouched != "" {
+				why = "the audit log cannot vouch for it: " + unvouched
+			}
+			return out, bad("snapshot %s cannot be proved by replay (%s), and %s", info.Name, note, why)
+		}
+		out.Note += "; the audit log records its creation with these hashes"
+		return out, nil
+	}
 	// Where the log starts: after a truncation the replay needs a base.
 	var base *snapshot.Info
 	for _, id := range f.Anchors() {
@@ -265,13 +312,15 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 			continue
 		}
 		if base == nil {
-			if base, err = db.replayBase(ctx, path, info.FileHash, f); err != nil {
+			if err := loadVouchers(); err != nil {
+				return out, err
+			}
+			if base, err = db.replayBase(ctx, path, info.FileHash, f, vouched); err != nil {
 				return out, err
 			}
 		}
 		if base == nil || base.Frontier[id].Seq+1 < first {
-			out.Note = fmt.Sprintf("no replay: the log of anchor %q below seq %d was truncated and no older snapshot covers the cut; the file and its state hash verify", id, first)
-			return out, nil
+			return noReplay(fmt.Sprintf("no replay: the log of anchor %q below seq %d was truncated and no older snapshot the audit log records covers the cut; the file and its state hash verify", id, first))
 		}
 	}
 	var after merge.Frontier
@@ -285,8 +334,7 @@ func (db *DB) VerifySnapshot(ctx context.Context, path string) (SnapshotVerifica
 	}
 	n, sum, err := db.replayState(ctx, f, base, after, last)
 	if errors.Is(err, errBaseOrder) {
-		out.Note = fmt.Sprintf("no replay: %v; the log below the cut was truncated, and the file and its state hash verify", err)
-		return out, nil
+		return noReplay(fmt.Sprintf("no replay: %v; the log below the cut was truncated, and the file and its state hash verify", err))
 	}
 	out.ReplayedRecords, out.ReplayStateHash, out.Replayed = n, sum, err == nil
 	if err != nil {
@@ -340,11 +388,41 @@ func (db *DB) firstPresent(anchor string) (uint64, error) {
 	return 1, ioErr(it.Error(), "read index")
 }
 
+// vouchedSnapshots returns the snapshots the audit log vouches for
+// (auditedSnapshots). A log that cannot be read as the database's vouches
+// for nothing: the map is nil and why says so (verify reports the log
+// itself); an I/O failure is returned.
+func (db *DB) vouchedSnapshots() (vouched map[string]snapshot.AuditItem, why string, err error) {
+	vouched, err = db.auditedSnapshots()
+	if err != nil {
+		if c := errs.CodeOf(err); c.IsIntegrity() {
+			return nil, errs.Message(err), nil
+		}
+		return nil, "", err
+	}
+	return vouched, "", nil
+}
+
+// vouches reports whether vouched holds the snapshot with its file and
+// state hashes.
+func vouches(vouched map[string]snapshot.AuditItem, info snapshot.Info) bool {
+	it, ok := vouched[info.Name]
+	return ok && it.Hash == info.FileHash && it.StateHash == info.StateHash
+}
+
 // replayBase picks the newest snapshot other than path whose frontier lies
-// within f and which verifies: the state a replay can start from. A file
-// with the snapshot's own file hash is the snapshot (however its path is
-// spelled) or a copy of it: a replay from it proves nothing about it.
-func (db *DB) replayBase(ctx context.Context, path string, self segment.Hash, f merge.Frontier) (*snapshot.Info, error) {
+// within f, which verifies and which the audit log vouches for: the state a
+// replay can start from. A file with the snapshot's own file hash is the
+// snapshot (however its path is spelled) or a copy of it: a replay from it
+// proves nothing about it.
+//
+// NB: the base's state is taken as it is, not replayed, so it must be the
+// database's. Its file hash and frontier prove nothing (anyone can write a
+// well-formed snapshot of this log's frontier with other values), and a
+// pair of rewritten snapshots, the newer replayed from the older, would
+// prove each other. The audit log's record of its creation is what does: a
+// compaction records every snapshot it keeps before cutting below it.
+func (db *DB) replayBase(ctx context.Context, path string, self segment.Hash, f merge.Frontier, vouched map[string]snapshot.AuditItem) (*snapshot.Info, error) {
 	list, err := db.Snapshots(ctx)
 	if err != nil {
 		return nil, err
@@ -355,7 +433,7 @@ func (db *DB) replayBase(ctx context.Context, path string, self segment.Hash, f 
 			continue
 		}
 		v, err := snapshot.Verify(db.fs, s.Path)
-		if err != nil || v.FileHash == self {
+		if err != nil || v.FileHash == self || !vouches(vouched, v) {
 			continue
 		}
 		// A base must be of this log: its frontier's head hashes are the

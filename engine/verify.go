@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -67,10 +68,12 @@ type VerifyOptions struct {
 	// malformed key fails Verify with INPUT_001. Without them only the
 	// checkpoints' bodies are checked.
 	VerifierKeys []string
-	// Snapshots checks the database's snapshots (INT_003 findings). Nil
-	// means the engine's default, if one is registered.
-	// SkipSnapshots leaves out the snapshot files and their replay proofs
-	// (the slowest part on a database with large snapshots).
+	// SkipSnapshots leaves out the snapshot files, their replay proofs and
+	// the audit log (the slowest part on a database with large snapshots).
+	// Otherwise each snapshot is proved as VerifySnapshot proves it
+	// (INT_003 findings), one the audit log records as created and not
+	// removed must be there (INT_003), and the audit log's chain must hold
+	// every line the index saw appended (INT_002).
 	SkipSnapshots bool
 }
 
@@ -89,7 +92,10 @@ type VerifyProgress struct {
 // INT_004 (the index disagrees with the segments), AUTH_003 (a checkpoint's
 // signature). Anchor, Seq, File and Offset locate it where it has a place:
 // File and Offset name the segment file and the byte offset of the damaged
-// frame (0 for a header; the seal's offset for a seal).
+// frame (0 for a header; the seal's offset for a seal), or the snapshot file
+// and the offset its reader located the damage at (0 for its header or the
+// file as a whole). Message says what is wrong without the code and reason,
+// which Code and Reason carry.
 type Finding struct {
 	Code    Code   `json:"code"`
 	Reason  string `json:"reason"`
@@ -545,9 +551,31 @@ func (v *verifier) unknownAnchorRows() {
 	}
 }
 
+// auditPastHead reports lines of the audit log past the head the index
+// recorded (with the line an append recorded as next): the chain has no
+// key, so anyone can extend it, and such a line is not the database's. It
+// vouches for nothing, and the database appends nothing after it (INT_002),
+// so verify says so too. An index without a head row (from before the
+// head was kept) has nothing to compare.
+func (v *verifier) auditPastHead(head snapshot.AuditHead) error {
+	db := v.db
+	_, hasHead, err := db.metaBytes(metaAudit)
+	if err != nil || !hasHead {
+		return err
+	}
+	n, _, err := db.auditHead()
+	if err != nil || head.Lines <= n {
+		return err
+	}
+	v.report(Finding{Code: errs.CodeChainBroken, File: db.AuditPath(), Seq: n + 1, Message: fmt.Sprintf(
+		"audit log has %d lines past the %d the database wrote: lines it did not write vouch for nothing, and nothing more is appended after them", head.Lines-n, n)})
+	return nil
+}
+
 // checkSnapshots verifies every snapshot, its replay proof included (INT_003
-// for each that fails), and the audit log's chain against the head the index
-// recorded (INT_002).
+// for each that fails, and for each the audit log records as created and not
+// removed whose file is missing), and the audit log's chain against the head
+// the index recorded (INT_002).
 func (v *verifier) checkSnapshots() {
 	if v.opts.SkipSnapshots {
 		return
@@ -564,17 +592,20 @@ func (v *verifier) checkSnapshots() {
 		v.fail(err)
 		return
 	}
-	// The audit log first: a snapshot that cannot be proved by replay is
-	// held to the entry that recorded its creation, if the log verifies.
+	// The audit log first: the snapshots it records as created must be
+	// there, if the log verifies.
 	var vouched map[string]snapshot.AuditItem
-	if _, err := db.verifyAuditLog(); err != nil { // Verify holds the read gate
+	if head, err := db.verifyAuditLog(); err != nil { // Verify holds the read gate
 		var e *errs.Error
 		if !errors.As(err, &e) || !e.Code.IsIntegrity() {
 			v.fail(err)
 			return
 		}
-		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: e.Error()})
+		v.report(Finding{Code: e.Code, File: db.AuditPath(), Seq: e.Seq, Offset: e.Offset, Message: errs.Message(err)})
 	} else if vouched, err = db.auditedSnapshots(); err != nil {
+		v.fail(err)
+		return
+	} else if err := v.auditPastHead(head); err != nil {
 		v.fail(err)
 		return
 	}
@@ -583,19 +614,11 @@ func (v *verifier) checkSnapshots() {
 			return
 		}
 		err := s.Err
-		var sv SnapshotVerification
 		if err == nil {
-			sv, err = db.VerifySnapshot(v.ctx, s.Path)
-		}
-		if err == nil && !sv.Replayed && vouched != nil {
-			// Its file and state hash check, but anyone can write a
-			// well-formed snapshot: without a replay only the audit log
-			// says this one is the database's.
-			if it, ok := vouched[sv.Info.Name]; !ok || it.StateHash != sv.Info.StateHash || it.Hash != sv.Info.FileHash {
-				v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Message: fmt.Sprintf(
-					"snapshot %s cannot be proved by replay (%s), and the audit log records no snapshot of that name with its file and state hashes", sv.Info.Name, sv.Note)})
-			}
-			continue
+			// NB: VerifySnapshot holds a snapshot no replay can prove to
+			// the audit log's record of its creation: anyone can write a
+			// well-formed one.
+			_, err = db.VerifySnapshot(v.ctx, s.Path)
 		}
 		if err == nil {
 			continue
@@ -605,6 +628,27 @@ func (v *verifier) checkSnapshots() {
 			v.fail(err)
 			return
 		}
-		v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Message: e.Error()})
+		// NB: the reader locates the damage in the file (a frame, the
+		// footer); the finding keeps that offset, as snapshot verify does.
+		f := Finding{Code: errs.CodeSnapshotCorrupted, File: s.Path, Offset: e.Offset, Message: errs.Message(err)}
+		if e.File != "" && e.File != s.Path {
+			f.Offset = 0 // located in another file (a base snapshot): not a place in this one
+		}
+		v.report(f)
+	}
+	// NB: only a compaction removes a snapshot, and it audits the removal
+	// before it deletes the file. One the log records as created and not
+	// removed is the database's; its file gone is a loss, and after a
+	// truncation below its frontier it was the only copy of that state.
+	present := make(map[string]bool, len(list))
+	for _, s := range list {
+		present[s.Name] = true
+	}
+	names := slices.Sorted(maps.Keys(vouched))
+	for _, name := range names {
+		if !present[name] && !v.halted() {
+			v.report(Finding{Code: errs.CodeSnapshotCorrupted, File: db.fs.PathJoin(db.SnapshotsDir(), name), Message: fmt.Sprintf(
+				"snapshot %s, which the audit log records as created and not as removed, is missing", name)})
+		}
 	}
 }

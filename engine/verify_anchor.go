@@ -140,7 +140,7 @@ func (c *anchorCheck) check() error {
 	c.unreadable = make(map[uint64]bool)
 	c.roots = make(map[uint64]segment.Hash)
 	if c.loadErr != nil {
-		c.report(errs.CodeIndexMismatch, 0, "", 0, "the index's state of the anchor does not load: %v", c.loadErr)
+		c.report(errs.CodeIndexMismatch, 0, "", 0, "the index's state of the anchor does not load: %s", errs.Message(c.loadErr))
 	}
 	if c.hasView && c.view.damage != nil {
 		d := c.view.damage
@@ -216,7 +216,7 @@ func (c *anchorCheck) readMeta() error {
 	defer closer.Close()
 	m, err := decodeAnchorMeta(v)
 	if err != nil {
-		c.report(errs.CodeIndexMismatch, 0, "", 0, "the anchor's 'a' row is malformed: %v", err)
+		c.report(errs.CodeIndexMismatch, 0, "", 0, "the anchor's 'a' row is malformed: %s", errs.Message(err))
 		return nil
 	}
 	c.meta, c.hasMeta = m, true
@@ -266,7 +266,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
 			return false, err
 		}
-		c.report(errs.CodeIndexMismatch, size, "", 0, "the index's tree at size %d does not load: %v", size, err)
+		c.report(errs.CodeIndexMismatch, size, "", 0, "the index's tree at size %d does not load: %s", size, errs.Message(err))
 		return false, nil
 	}
 	root, err := rng.GetRootHash(nil)
@@ -295,13 +295,13 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 	leaf := segment.LeafHash(rec.Hash)
 	path2, err := proof.Inclusion(v.ctx, st, size-1, size)
 	if err == nil {
-		err = merkleproof.VerifyInclusion(segment.Blake3RFC6962, size-1, size, leaf[:], path2, c.from.Root[:])
+		err = proof.MerkleError(merkleproof.VerifyInclusion(segment.Blake3RFC6962, size-1, size, leaf[:], path2, c.from.Root[:]))
 	}
 	if err != nil {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
 			return false, err
 		}
-		c.report(errs.CodeHashMismatch, size, path, row.Offset, "record seq %d (%s) is not the last leaf of the trusted tree: %v", size, rec.Hash, err)
+		c.report(errs.CodeHashMismatch, size, path, row.Offset, "record seq %d (%s) is not the last leaf of the trusted tree: %s", size, rec.Hash, errs.Message(err))
 		return false, nil
 	}
 	c.tree = merkleTreeFrom(rng.Hashes(), size)
@@ -357,7 +357,7 @@ func (c *anchorCheck) rowAt(seq uint64) (seqEntry, bool, error) {
 	defer closer.Close()
 	e, err := decodeSeqEntry(v)
 	if err != nil {
-		c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %v", seq, err)
+		c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %s", seq, errs.Message(err))
 		return seqEntry{}, false, nil
 	}
 	return e, true, nil

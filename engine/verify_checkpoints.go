@@ -26,7 +26,7 @@ func (v *verifier) checkCheckpoints() {
 		s := &v.stored[i]
 		v.checkCheckpointName(s, i)
 		if s.Err != nil {
-			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is not a well-formed signed checkpoint: %v", s.Err)})
+			v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path, Message: fmt.Sprintf("stored checkpoint is not a well-formed signed checkpoint: %s", errs.Message(s.Err))})
 			continue
 		}
 		if len(v.opts.VerifierKeys) > 0 {
@@ -35,7 +35,7 @@ func (v *verifier) checkCheckpoints() {
 				if code != errs.CodeHashMismatch {
 					code = errs.CodeSignatureInvalid
 				}
-				v.report(Finding{Code: code, File: s.Path, Message: fmt.Sprintf("stored checkpoint: %v", err)})
+				v.report(Finding{Code: code, File: s.Path, Message: fmt.Sprintf("stored checkpoint: %s", errs.Message(err))})
 				continue
 			}
 		}
@@ -49,7 +49,7 @@ func (v *verifier) checkCheckpoints() {
 		}
 		if prev != nil {
 			if err := proof.CheckConsistent(v.ctx, prev.Checkpoint, cp, nil); err != nil && v.ctx.Err() == nil {
-				v.report(Finding{Code: errs.CodeChainBroken, File: s.Path, Message: fmt.Sprintf("stored checkpoint contradicts the one before it (%s): %v", prev.Name, err)})
+				v.report(Finding{Code: errs.CodeChainBroken, File: s.Path, Message: fmt.Sprintf("stored checkpoint contradicts the one before it (%s): %s", prev.Name, errs.Message(err))})
 			}
 		}
 		prev = s
@@ -96,28 +96,37 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 		if e.Size == 0 {
 			return
 		}
-		err = merkleproof.VerifyConsistency(segment.Blake3RFC6962, e.Size, c.from.Size, path, e.Root[:], c.from.Root[:])
+		err = proof.MerkleError(merkleproof.VerifyConsistency(segment.Blake3RFC6962, e.Size, c.from.Size, path, e.Root[:], c.from.Root[:]))
 	}
 	if err != nil {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
 			v.fail(err)
 			return
 		}
-		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %v", e.Size, e.Root, c.from.Size, err)
+		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %s", e.Size, e.Root, c.from.Size, errs.Message(err))
 	}
 }
 
 // checkCheckpointName checks what a stored checkpoint's file name records
-// of it when it was stored: its place in the sequence (1, 2, 3, …; the
-// oldest may have been removed, none in the middle) and its time, which
+// of it when it was stored: its place in the sequence (1, 2, 3, …, each
+// once; the oldest may have been removed, none in the middle) and its time, which
 // is also in its signed body. Without a verifier key, these are what shows
 // a checkpoint deleted from the middle, or a body edited after signing.
 func (v *verifier) checkCheckpointName(s *StoredCheckpoint, i int) {
 	seq := checkpointSeq(s.Name)
 	if i > 0 {
-		if prev := checkpointSeq(v.stored[i-1].Name); prev != 0 && seq > prev+1 {
+		prev := checkpointSeq(v.stored[i-1].Name)
+		switch {
+		case prev != 0 && seq > prev+1:
 			v.report(Finding{Code: errs.CodeChainBroken, File: s.Path,
 				Message: fmt.Sprintf("stored checkpoints %d to %d are missing: the one before this is %s", prev+1, seq-1, v.stored[i-1].Name)})
+		case prev != 0 && seq != 0 && seq <= prev:
+			// NB: the database stores each number once. A second file
+			// under one is not one it stored there: a copy of an older
+			// checkpoint, say, which extends the one before it and is
+			// extended by the one after, so nothing else shows it.
+			v.report(Finding{Code: errs.CodeChainBroken, File: s.Path,
+				Message: fmt.Sprintf("stored checkpoint number %d appears more than once: the one before this is %s", seq, v.stored[i-1].Name)})
 		}
 	}
 	if s.Err != nil {

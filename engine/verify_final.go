@@ -24,7 +24,7 @@ func (c *anchorCheck) missingRecords() {
 		row, _ := c.rows.take(seq) // NB: a copy; the iterator's bytes move on
 		e, err := decodeSeqEntry(row)
 		if err != nil {
-			c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %v", seq, err)
+			c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %s", seq, errs.Message(err))
 			continue
 		}
 		if n == 0 {

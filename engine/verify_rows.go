@@ -539,8 +539,11 @@ func (v *verifier) checkDeferred() {
 		}
 		rec, err := fr.read(ve.Seq, row)
 		switch {
+		case errs.CodeOf(err) == errs.CodeWriteFailed:
+			v.fail(err) // the disk, not the record
+			return false
 		case err != nil:
-			bad("its record cannot be read: %v", err)
+			bad("its record cannot be read: %s", errs.Message(err))
 		case rec.Hash != ve.Hash || rec.Time != ve.Time:
 			bad("it says hash %s; the record has %s", ve.Hash, rec.Hash)
 		default:
@@ -596,11 +599,17 @@ func (v *verifier) checkRetained() {
 		var ok bool
 		var row seqEntry
 		if err == nil {
-			row, ok, err = c.rowAt(ve.Seq)
+			// NB: rowAt reports a malformed row itself; its error is I/O,
+			// not something the 'r' row holds.
+			var rerr error
+			if row, ok, rerr = c.rowAt(ve.Seq); rerr != nil {
+				v.fail(rerr)
+				return false
+			}
 		}
 		switch {
 		case err != nil:
-			bad("its 'r' row does not hold a record: %v", err)
+			bad("its 'r' row does not hold a record: %s", errs.Message(err))
 		case n != len(frame) || rec.Seq != ve.Seq:
 			bad("its 'r' row holds seq %d", rec.Seq)
 		case !ok || row.Hash != rec.Hash || ve.Hash != rec.Hash:

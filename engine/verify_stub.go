@@ -55,7 +55,7 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 		if code == "" {
 			code = errs.CodeHashMismatch
 		}
-		c.report(code, c.next, s.path, 0, "segment stub: %v", err)
+		c.report(code, c.next, s.path, 0, "segment stub: %s", errs.Message(err))
 		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
 		return nil
 	}
@@ -95,7 +95,7 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 			row, err := decodeSeqEntry(raw)
 			switch {
 			case err != nil:
-				c.report(errs.CodeIndexMismatch, seq, s.path, 0, "'s' row of seq %d is malformed: %v", seq, err)
+				c.report(errs.CodeIndexMismatch, seq, s.path, 0, "'s' row of seq %d is malformed: %s", seq, errs.Message(err))
 			case row.Segno != s.segno || row.Size != 0 || row.Hash != h:
 				c.report(errs.CodeIndexMismatch, seq, s.path, 0, "'s' row of truncated seq %d says segment %d size %d hash %s; the stub says segment %d, truncated, hash %s",
 					seq, row.Segno, row.Size, row.Hash, s.segno, h)

@@ -1,9 +1,13 @@
 package proof
 
 import (
+	"bytes"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -80,8 +84,9 @@ func Sign(body []byte, signerKey string) ([]byte, error) {
 // signed note at all (empty, truncated, no signature block, a malformed
 // signature line) are INPUT_001; a well-formed note that does not verify —
 // altered text, a forged or truncated signature, no signature by a known
-// key — is AUTH_003 (signature_invalid). Both wrap the note package's
-// error. A body that verifies but is malformed is INPUT_001 (a root that
+// key, a signature line by a given key that is repeated or not in canonical
+// base64 (see checkSignatureLines) — is AUTH_003 (signature_invalid). Both
+// wrap the note package's error. A body that verifies but is malformed is INPUT_001 (a root that
 // does not match its anchors INT_001).
 func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, error) {
 	if len(verifierKeys) == 0 {
@@ -95,11 +100,56 @@ func OpenCheckpoint(noteBytes []byte, verifierKeys ...string) (*Checkpoint, erro
 	if err != nil {
 		return nil, errs.Wrap(openErrorCode(err), err, "checkpoint %s", describeOpenError(err))
 	}
+	if err := checkSignatureLines(noteBytes, vs); err != nil {
+		return nil, err
+	}
 	c, err := ParseCheckpointBody([]byte(n.Text))
 	if err != nil {
 		return nil, fmt.Errorf("signed checkpoint: %w", err)
 	}
 	return c, nil
+}
+
+// checkSignatureLines holds the signature lines of a note that note.Open
+// accepted to one spelling, as ParseCheckpointBody holds the body: each
+// line by one of the given keys must be the only one by that key, with its
+// signature in canonical base64 (AUTH_003 otherwise, its cause a
+// *note.InvalidSignatureError naming the key).
+//
+// NB: note.Open decodes a signature with the lenient base64.StdEncoding,
+// which ignores the unused low bits of the last character, and it verifies
+// only the first line of each key, skipping the others. Without this check
+// either change to the file passes: a stored checkpoint altered on disk,
+// unnoticed. Lines by other keys (cosigners) are not checked, as the
+// signed-note format has it.
+func checkSignatureLines(msg []byte, vs []note.Verifier) error {
+	sigs := msg[bytes.LastIndex(msg, []byte("\n\n"))+2:] // note.Open found it
+	seen := map[string]bool{}
+	for _, line := range strings.SplitAfter(string(sigs), "\n") {
+		if line == "" {
+			continue
+		}
+		line = strings.TrimSuffix(strings.TrimPrefix(line, "— "), "\n")
+		name, b64, _ := strings.Cut(line, " ")
+		sig, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(sig) < 5 {
+			continue // note.Open refuses these; nothing to add
+		}
+		hash := binary.BigEndian.Uint32(sig)
+		if !slices.ContainsFunc(vs, func(v note.Verifier) bool { return v.Name() == name && v.KeyHash() == hash }) {
+			continue
+		}
+		id := fmt.Sprintf("%s+%08x", name, hash)
+		cause := &note.InvalidSignatureError{Name: name, Hash: hash}
+		if seen[id] {
+			return errs.Wrap(errs.CodeSignatureInvalid, cause, "checkpoint has more than one signature line by %s (signature block altered)", id)
+		}
+		seen[id] = true
+		if base64.StdEncoding.EncodeToString(sig) != b64 {
+			return errs.Wrap(errs.CodeSignatureInvalid, cause, "checkpoint signature by %s is not in canonical base64 (signature line altered)", id)
+		}
+	}
+	return nil
 }
 
 // CheckVerifierKeys reports, as INPUT_001, the first of keys that is not a

@@ -1,6 +1,7 @@
 package proof
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -32,7 +33,7 @@ func VerifyInclusionProof(p *InclusionProof) error {
 	leaf := segment.LeafHash(p.Leaf)
 	err := merkleproof.VerifyInclusion(segment.Blake3RFC6962, p.Seq-1, p.Size, leaf[:], fromHashes(p.Proof), p.Root[:])
 	if err != nil {
-		return errs.Wrap(errs.CodeHashMismatch, err, "inclusion proof of anchor %q seq %d at size %d does not verify against root %s", p.Anchor, p.Seq, p.Size, p.Root).At(p.Anchor, p.Seq, "", 0)
+		return errs.Wrap(errs.CodeHashMismatch, MerkleError(err), "inclusion proof of anchor %q seq %d at size %d does not verify against root %s", p.Anchor, p.Seq, p.Size, p.Root).At(p.Anchor, p.Seq, "", 0)
 	}
 	return nil
 }
@@ -59,11 +60,11 @@ func VerifyConsistencyProof(p *ConsistencyProof) error {
 	}
 	if p.OldSize == 0 && p.OldRoot != emptyRoot() {
 		err := merkleproof.RootMismatchError{ExpectedRoot: p.OldRoot[:], CalculatedRoot: segment.Blake3RFC6962.EmptyRoot()}
-		return errs.Wrap(errs.CodeHashMismatch, err, "consistency proof of anchor %q: old root %s of the empty tree is not BLAKE3(\"\")", p.Anchor, p.OldRoot).At(p.Anchor, 0, "", 0)
+		return errs.Wrap(errs.CodeHashMismatch, MerkleError(err), "consistency proof of anchor %q: old root %s of the empty tree is not BLAKE3(\"\")", p.Anchor, p.OldRoot).At(p.Anchor, 0, "", 0)
 	}
 	err := merkleproof.VerifyConsistency(segment.Blake3RFC6962, p.OldSize, p.NewSize, fromHashes(p.Proof), p.OldRoot[:], p.NewRoot[:])
 	if err != nil {
-		return errs.Wrap(errs.CodeHashMismatch, err, "consistency proof of anchor %q from size %d (root %s) to %d (root %s) does not verify", p.Anchor, p.OldSize, p.OldRoot, p.NewSize, p.NewRoot).At(p.Anchor, p.NewSize, "", 0)
+		return errs.Wrap(errs.CodeHashMismatch, MerkleError(err), "consistency proof of anchor %q from size %d (root %s) to %d (root %s) does not verify", p.Anchor, p.OldSize, p.OldRoot, p.NewSize, p.NewRoot).At(p.Anchor, p.NewSize, "", 0)
 	}
 	return nil
 }
@@ -92,8 +93,39 @@ func VerifyFrontierProof(p *FrontierProof) error {
 	}
 	leafHash := segment.Blake3RFC6962.HashLeaf(leaf)
 	if err := merkleproof.VerifyInclusion(segment.Blake3RFC6962, p.Index, p.Anchors, leafHash, fromHashes(p.Proof), p.Root[:]); err != nil {
-		return errs.Wrap(errs.CodeHashMismatch, err, "frontier proof of anchor %q (size %d, root %s) as entry %d of %d does not verify against frontier root %s",
+		return errs.Wrap(errs.CodeHashMismatch, MerkleError(err), "frontier proof of anchor %q (size %d, root %s) as entry %d of %d does not verify against frontier root %s",
 			p.Anchor, p.Size, p.AnchorRoot, p.Index, p.Anchors, p.Root).At(p.Anchor, p.Size, "", 0)
 	}
 	return nil
+}
+
+// MerkleError returns err, an error of merkle/proof, printed on one line with
+// hashes as anchordb prints them: merkle/proof's RootMismatchError prints
+// both roots as decimal byte lists over four lines. errors.As still finds
+// the original (nil stays nil).
+func MerkleError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return merkleError{err}
+}
+
+type merkleError struct{ err error }
+
+func (e merkleError) Error() string {
+	var rm merkleproof.RootMismatchError
+	if errors.As(e.err, &rm) {
+		return fmt.Sprintf("calculated root %s does not match expected root %s", rootText(rm.CalculatedRoot), rootText(rm.ExpectedRoot))
+	}
+	return e.err.Error()
+}
+
+func (e merkleError) Unwrap() error { return e.err }
+
+// rootText prints a root as segment.Hash does, or in hex if it is not one.
+func rootText(b []byte) string {
+	if len(b) == segment.HashSize {
+		return segment.Hash(b).String()
+	}
+	return fmt.Sprintf("%x", b)
 }

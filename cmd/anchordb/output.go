@@ -321,25 +321,10 @@ func errorJSON(err error) errorJSONShape {
 	return errorJSONShape{Error: b}
 }
 
-// codePrefixRE matches the "CODE reason" a coded error prints before its
-// message, with the ": " after it when there is one.
-var codePrefixRE = regexp.MustCompile(`\b([A-Z]+_[0-9]{3}) ([a-z_]+)(: |$)`)
-
 // messageOf is err's message without the "CODE reason: " the coded errors
-// print, since the JSON shape (and errorLine) carries those separately. A
-// coded error wrapped in another prints its own code in the middle of the
-// outer message ("inclusion proof: INPUT_001 invalid_input: hash …"): every
-// one is dropped, not only the leading one.
-func messageOf(err error) string {
-	s := codePrefixRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
-		sub := codePrefixRE.FindStringSubmatch(m)
-		if errs.Code(sub[1]).Reason() != sub[2] {
-			return m // not a code of SPEC §8 and its reason
-		}
-		return ""
-	})
-	return strings.TrimSuffix(s, ": ")
-}
+// print, since the JSON shape (and errorLine) carries those separately
+// (errs.Message: every code is dropped, however deep the coded cause).
+func messageOf(err error) string { return errs.Message(err) }
 
 // newlineRE matches a line break with the blanks around it.
 var newlineRE = regexp.MustCompile(`[ \t]*\r?\n[ \t]*`)

@@ -33,7 +33,9 @@ snapshot verify [NAME|PATH]… checks the named snapshots (a file name in snapsh
 path; default: every snapshot): every byte and entry against the file's hashes, then the
 replay proof — the log replayed in merged order up to the snapshot's frontier must give
 the same state hash. Below a compaction's cut the replay starts from an older snapshot
-("base"); when none covers the cut no replay is possible ("replayed":false and a "note").
+("base") that the audit log records as created with its hashes; when none covers the cut
+no replay is possible ("replayed":false and a "note"), and the snapshot must itself be
+one the audit log records with its file and state hashes (INT_003 otherwise).
 Prints one object a line: {"ok","snapshot":{…},"base","replayed","note",
 "replayed_records","replay_state_hash"}, and for a snapshot that fails {"ok":false,
 "name","path","error":{"code":"INT_003",…}}. Any failure exits 1.`,

@@ -20,7 +20,9 @@ and increasing counters; every segment but the newest sealed, with a seal that m
 segment headers that continue the chain; the index against the segments (every 's', 'k'
 and 'i' row a record implies, and no others); the Merkle tree recomputed from the chain
 against the stored nodes and the in-memory tree; the stored checkpoints against the trees
-(their signatures too when --pub is given). Damaged anchors are checked like the others.
+(their signatures too when --pub is given); every snapshot, proved by replay as snapshot
+verify proves it, and present when the audit log records it; the audit log's chain against
+the head the index recorded. Damaged anchors are checked like the others.
 
 --from-checkpoint F --pub P checks only what came after the signed checkpoint F: for each
 anchor it lists, the records after its size, and that the anchor's tree at that size has

@@ -13,6 +13,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -127,6 +128,31 @@ func (e *Error) At(anchor string, seq uint64, file string, offset int64) *Error 
 	c := *e
 	c.Anchor, c.Seq, c.File, c.Offset = anchor, seq, file, offset
 	return &c
+}
+
+// codeTextRE matches the "CODE reason" a coded error prints before its
+// message, with the ": " after it when there is one.
+var codeTextRE = regexp.MustCompile(`\b([A-Z]+_[0-9]{3}) ([a-z_]+)(: |$)`)
+
+// Message returns err's text without the "CODE reason: " that coded errors
+// print, for a place that carries the code and reason in fields of their
+// own (the CLI's JSON error shape, a verify finding). A coded error wrapped
+// in another prints its own code in the middle of the outer text
+// ("inclusion proof: INPUT_001 invalid_input: hash …"): every one is
+// dropped, not only the leading one. Only a code of SPEC §8 followed by its
+// own reason is dropped. A nil err gives "".
+func Message(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := codeTextRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		sub := codeTextRE.FindStringSubmatch(m)
+		if Code(sub[1]).Reason() != sub[2] {
+			return m // not a code of SPEC §8 and its reason
+		}
+		return ""
+	})
+	return strings.TrimSuffix(s, ": ")
 }
 
 // CodeOf returns the code of the first *Error or *RefusalError in err's chain,
