@@ -162,8 +162,14 @@ func (a *admission) enter() error {
 func (a *admission) refusal(code errs.Code, retry time.Duration, msg string) *errs.RefusalError {
 	a.count(code)
 	e := errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
-	e.InFlightRecords, e.InFlightBytes, e.MaxRecords, e.MaxBytes = a.records, a.bytes, a.maxRecs, a.maxBytes
+	a.withState(e)
 	return e
+}
+
+// withState records the capacity state in a refusal, as every refusal
+// carries it (DESIGN.md, "Admission"); a.mu is held.
+func (a *admission) withState(e *errs.RefusalError) {
+	e.InFlightRecords, e.InFlightBytes, e.MaxRecords, e.MaxBytes = a.records, a.bytes, a.maxRecs, a.maxBytes
 }
 
 func (a *admission) count(code errs.Code) {
@@ -201,6 +207,7 @@ func (a *admission) takeTokens(c *cost) error {
 			e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
 				id, a.rate, a.burst, b.tokens)
 			e.Anchor = id
+			a.withState(e)
 			a.count(errs.CodeRateLimited)
 			return e
 		}
