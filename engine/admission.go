@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -194,17 +195,19 @@ func (a *admission) takeTokens(c *cost) error {
 	defer a.mu.Unlock()
 	for id, n := range c.anchors {
 		b := a.refill(id, now)
-		if b.tokens < float64(n) {
-			if float64(n) > a.burst {
+		if need := float64(n); b.tokens < need {
+			if need > a.burst {
 				// More than the bucket ever holds: admitted when it is full,
 				// leaving it in debt, so a large batch is slowed, not barred.
 				if b.tokens >= a.burst {
 					continue
 				}
-				n = int(a.burst)
+				// NB: the burst, not int(burst): the default burst
+				// max(1, rate) may be fractional, and the request waits
+				// for all of it.
+				need = a.burst
 			}
-			wait := time.Duration((float64(n) - b.tokens) / a.rate * float64(time.Second))
-			e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
+			e := errs.NewRefusal(errs.CodeRateLimited, retryAfter(need, b.tokens, a.rate), "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
 				id, a.rate, a.burst, b.tokens)
 			e.Anchor = id
 			a.withState(e)
@@ -216,6 +219,15 @@ func (a *admission) takeTokens(c *cost) error {
 		a.buckets[id].tokens -= float64(n)
 	}
 	return nil
+}
+
+// retryAfter is how long a bucket holding have tokens takes to hold need
+// at rate tokens a second, so that waiting it is enough: rounded up to the
+// next nanosecond, and one more for the rounding of the float arithmetic
+// in refill (truncated, 1/3 s at 3 tokens a second left a retry 1e-9 of a
+// token short, refused again).
+func retryAfter(need, have, rate float64) time.Duration {
+	return time.Duration(math.Ceil((need-have)/rate*float64(time.Second)) + 1)
 }
 
 // refill brings an anchor's bucket up to now; a.mu is held.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -27,5 +28,61 @@ func TestRateLimitRefusalCarriesCapacityState(t *testing.T) {
 	}
 	if re.MaxRecords != 1<<16 || re.MaxBytes != 256<<20 || re.InFlightRecords != 0 || re.InFlightBytes != 0 {
 		t.Fatalf("CAP_003 without the capacity state: %#v", re)
+	}
+}
+
+// testAdmission is an admission with a settable clock, for the rate limit's
+// arithmetic.
+func testAdmission(o Options) (*admission, *time.Time) {
+	now := time.Unix(1_800_000_000, 0)
+	o.Clock = func() time.Time { return now }
+	if o.MaxInFlightRecords == 0 {
+		o.MaxInFlightRecords, o.MaxInFlightBytes = 1<<16, 256<<20
+	}
+	a := &admission{}
+	a.init(&o)
+	return a, &now
+}
+
+// oneRecord is the cost of one record appended to anchor.
+func oneRecord(anchor string, n int) *cost {
+	return &cost{records: n, bytes: int64(n) * RecordOverhead, anchors: map[string]int{anchor: n}}
+}
+
+// Waiting a CAP_003's RetryAfter is enough for the same request. It was
+// not: the wait was truncated to whole nanoseconds, so at 3 records/s the
+// hint (333,333,333 ns) left the bucket at 0.999999999 tokens; and a
+// request larger than a fractional burst (rate 2.5, burst 2.5) was told to
+// wait until 2 tokens had accrued when it needs a full bucket of 2.5.
+func TestRateLimitRetryAfterIsEnough(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rate    float64
+		burst   int
+		records int
+	}{
+		{"truncated nanoseconds", 3, 1, 1},
+		{"over a fractional burst", 2.5, 0, 3},
+		{"over a whole burst", 3, 2, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, now := testAdmission(Options{AnchorRate: tc.rate, AnchorBurst: tc.burst})
+			first := oneRecord("dev", 1)
+			if err := a.acquire(context.Background(), first, true); err != nil {
+				t.Fatal(err)
+			}
+			a.release(first)
+			c := oneRecord("dev", tc.records)
+			err := a.acquire(context.Background(), c, true)
+			var re *RefusalError
+			if !errors.As(err, &re) || re.Code != errs.CodeRateLimited {
+				t.Fatalf("request right after the first: %v, want CAP_003", err)
+			}
+			*now = now.Add(re.RetryAfter)
+			if err := a.acquire(context.Background(), c, true); err != nil {
+				t.Fatalf("the same request after its RetryAfter %v (%.9f tokens): %v", re.RetryAfter, a.tokens("dev"), err)
+			}
+			a.release(c)
+		})
 	}
 }
