@@ -185,7 +185,8 @@ func (a *admission) count(code errs.Code) {
 }
 
 // takeTokens takes one token per record from each anchor's bucket, all or
-// none.
+// none. Refused, it names the anchor that waits longest for its tokens,
+// with that wait: a batch over several anchors must wait for the slowest.
 func (a *admission) takeTokens(c *cost) error {
 	if a.rate <= 0 {
 		return nil
@@ -193,27 +194,40 @@ func (a *admission) takeTokens(c *cost) error {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	var (
+		short string // the anchor that waits longest, if any
+		wait  time.Duration
+		left  float64
+	)
 	for id, n := range c.anchors {
 		b := a.refill(id, now)
-		if need := float64(n); b.tokens < need {
-			if need > a.burst {
-				// More than the bucket ever holds: admitted when it is full,
-				// leaving it in debt, so a large batch is slowed, not barred.
-				if b.tokens >= a.burst {
-					continue
-				}
-				// NB: the burst, not int(burst): the default burst
-				// max(1, rate) may be fractional, and the request waits
-				// for all of it.
-				need = a.burst
-			}
-			e := errs.NewRefusal(errs.CodeRateLimited, retryAfter(need, b.tokens, a.rate), "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
-				id, a.rate, a.burst, b.tokens)
-			e.Anchor = id
-			a.withState(e)
-			a.count(errs.CodeRateLimited)
-			return e
+		need := float64(n)
+		if b.tokens >= need {
+			continue
 		}
+		if need > a.burst {
+			// More than the bucket ever holds: admitted when it is full,
+			// leaving it in debt, so a large batch is slowed, not barred.
+			if b.tokens >= a.burst {
+				continue
+			}
+			// NB: the burst, not int(burst): the default burst
+			// max(1, rate) may be fractional, and the request waits for
+			// all of it.
+			need = a.burst
+		}
+		w := retryAfter(need, b.tokens, a.rate)
+		if short == "" || w > wait || w == wait && id < short {
+			short, wait, left = id, w, b.tokens
+		}
+	}
+	if short != "" {
+		e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
+			short, a.rate, a.burst, left)
+		e.Anchor = short
+		a.withState(e)
+		a.count(errs.CodeRateLimited)
+		return e
 	}
 	for id, n := range c.anchors {
 		a.buckets[id].tokens -= float64(n)

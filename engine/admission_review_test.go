@@ -86,3 +86,33 @@ func TestRateLimitRetryAfterIsEnough(t *testing.T) {
 		})
 	}
 }
+
+// A batch refused for the rate limit of several anchors waits for the
+// slowest: the refusal named whichever short anchor map order gave first,
+// with its RetryAfter, and a retry after it could be refused again.
+func TestRateLimitRetryAfterCoversEveryAnchor(t *testing.T) {
+	for range 20 { // map order varies from run to run
+		a, now := testAdmission(Options{AnchorRate: 1, AnchorBurst: 2})
+		for _, c := range []*cost{oneRecord("fast", 1), oneRecord("slow", 2)} {
+			if err := a.acquire(context.Background(), c, true); err != nil {
+				t.Fatal(err)
+			}
+			a.release(c)
+		}
+		// fast has 1 token and needs 2 (1 s); slow has 0 and needs 2 (2 s).
+		batch := &cost{records: 4, bytes: 4 * RecordOverhead, anchors: map[string]int{"fast": 2, "slow": 2}}
+		err := a.acquire(context.Background(), batch, true)
+		var re *RefusalError
+		if !errors.As(err, &re) || re.Code != errs.CodeRateLimited {
+			t.Fatalf("batch short of tokens on both anchors: %v, want CAP_003", err)
+		}
+		if re.Anchor != "slow" || re.RetryAfter < 2*time.Second {
+			t.Fatalf("refusal names %q with RetryAfter %v, want slow and at least 2s", re.Anchor, re.RetryAfter)
+		}
+		*now = now.Add(re.RetryAfter)
+		if err := a.acquire(context.Background(), batch, true); err != nil {
+			t.Fatalf("the batch after its RetryAfter %v: %v", re.RetryAfter, err)
+		}
+		a.release(batch)
+	}
+}
