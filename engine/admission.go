@@ -252,10 +252,14 @@ func (a *admission) refill(id string, now time.Time) *bucket {
 		a.buckets[id] = b
 		return b
 	}
+	// NB: a clock that stepped back (Options.Clock need not be monotonic)
+	// counts as no time passing, and the bucket refills from the new time
+	// on: keeping the old time would refuse the anchor until the clock
+	// came back to it, with a RetryAfter that promised much less.
 	if dt := now.Sub(b.at); dt > 0 {
 		b.tokens = min(a.burst, b.tokens+dt.Seconds()*a.rate)
-		b.at = now
 	}
+	b.at = now
 	return b
 }
 

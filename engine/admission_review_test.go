@@ -116,3 +116,31 @@ func TestRateLimitRetryAfterCoversEveryAnchor(t *testing.T) {
 		a.release(batch)
 	}
 }
+
+// A clock that steps back (Options.Clock need not be monotonic: a wall
+// clock corrected by NTP) counts as no time passing, and the bucket refills
+// from the new time. It did not refill at all until the clock came back
+// to where it had been: one step back of an hour refused the anchor for
+// an hour, each time with a RetryAfter of 100 ms.
+func TestRateLimitClockSteppingBack(t *testing.T) {
+	clk := newFakeClock()
+	db := mustOpen(t, vfs.NewMem(), Options{AnchorRate: 10, AnchorBurst: 1, Clock: clk.now})
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.Put(ctx, "dev", []byte("k1"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(-time.Hour)
+	_, err := db.Put(ctx, "dev", []byte("k2"), []byte("v"))
+	var re *RefusalError
+	if !errors.As(err, &re) || re.Code != errs.CodeRateLimited || re.RetryAfter > 101*time.Millisecond {
+		t.Fatalf("append right after the clock stepped back: %v, want CAP_003 with a RetryAfter of about 100ms", err)
+	}
+	clk.advance(re.RetryAfter)
+	if _, err := db.Put(ctx, "dev", []byte("k2"), []byte("v")); err != nil {
+		t.Fatalf("append after the RetryAfter %v: %v", re.RetryAfter, err)
+	}
+	if got := db.adm.tokens("dev"); got < -1e-9 || got > 1 {
+		t.Fatalf("%.9f tokens after the append, want about 0", got)
+	}
+}
