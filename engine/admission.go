@@ -239,9 +239,15 @@ func (a *admission) takeTokens(c *cost) error {
 // at rate tokens a second, so that waiting it is enough: rounded up to the
 // next nanosecond, and one more for the rounding of the float arithmetic
 // in refill (truncated, 1/3 s at 3 tokens a second left a retry 1e-9 of a
-// token short, refused again).
+// token short, refused again). A wait past the longest Duration (a rate
+// below about 1e-10 a second) is the longest Duration: converting the
+// float would give a negative one.
 func retryAfter(need, have, rate float64) time.Duration {
-	return time.Duration(math.Ceil((need-have)/rate*float64(time.Second)) + 1)
+	ns := math.Ceil((need-have)/rate*float64(time.Second)) + 1
+	if ns >= math.MaxInt64 { // float64(MaxInt64) is 2^63, one past it
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // refill brings an anchor's bucket up to now; a.mu is held.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -142,5 +143,22 @@ func TestRateLimitClockSteppingBack(t *testing.T) {
 	}
 	if got := db.adm.tokens("dev"); got < -1e-9 || got > 1 {
 		t.Fatalf("%.9f tokens after the append, want about 0", got)
+	}
+}
+
+// A wait too long for a Duration is the longest Duration, not a negative
+// one: at 1e-10 records/s one token takes 1e19 ns, past math.MaxInt64, and
+// the float-to-int conversion gave a RetryAfter of about -292 years.
+func TestRateLimitRetryAfterDoesNotOverflow(t *testing.T) {
+	a, _ := testAdmission(Options{AnchorRate: 1e-10, AnchorBurst: 1})
+	first := oneRecord("dev", 1)
+	if err := a.acquire(context.Background(), first, true); err != nil {
+		t.Fatal(err)
+	}
+	a.release(first)
+	err := a.acquire(context.Background(), oneRecord("dev", 1), true)
+	var re *RefusalError
+	if !errors.As(err, &re) || re.Code != errs.CodeRateLimited || re.RetryAfter != time.Duration(math.MaxInt64) {
+		t.Fatalf("second record at 1e-10 records/s: %v (RetryAfter %d), want CAP_003 with the longest RetryAfter", err, re.RetryAfter)
 	}
 }
