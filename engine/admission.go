@@ -81,18 +81,21 @@ type cost struct {
 	free    []bool // entries known to be duplicates before admission (nil: none)
 }
 
-func (a *admission) fits(c *cost) bool {
+// fits reports whether c fits under the bounds now; when only the
+// per-anchor bound stands in the way it names the anchor (the byte-smallest
+// of those at their bound). a.mu is held.
+func (a *admission) fits(c *cost) (ok bool, anchor string) {
 	if a.records > 0 && (a.records+c.records > a.maxRecs || a.bytes+c.bytes > a.maxBytes) {
-		return false
+		return false, ""
 	}
 	if a.perAnchor > 0 {
 		for id, n := range c.anchors {
-			if have := a.anchorRecs[id]; have > 0 && have+n > a.perAnchor {
-				return false
+			if have := a.anchorRecs[id]; have > 0 && have+n > a.perAnchor && (anchor == "" || id < anchor) {
+				anchor = id
 			}
 		}
 	}
-	return true
+	return anchor == "", anchor
 }
 
 // acquire admits c or returns why not. It takes the rate limit's tokens
@@ -109,7 +112,8 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	}
 	for {
 		a.mu.Lock()
-		if a.fits(c) && a.gate.enter() {
+		fits, anchor := a.fits(c)
+		if fits && a.gate.enter() {
 			a.records += c.records
 			a.bytes += c.bytes
 			for id, n := range c.anchors {
@@ -124,7 +128,7 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 			return errClosed
 		}
 		if refuse {
-			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, "in-flight bound reached")
+			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, anchor, "in-flight bound reached")
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return e
@@ -140,7 +144,7 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 		case <-ctx.Done():
 			a.mu.Lock()
 			a.waiters--
-			e := a.refusal(errs.CodeCapacityExhausted, 0, "in-flight bound reached and the context ended: "+ctx.Err().Error())
+			e := a.refusal(errs.CodeCapacityExhausted, 0, anchor, "in-flight bound reached and the context ended: "+ctx.Err().Error())
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return e
@@ -159,10 +163,18 @@ func (a *admission) enter() error {
 	return nil
 }
 
-// refusal builds a refusal with the capacity state; a.mu is held.
-func (a *admission) refusal(code errs.Code, retry time.Duration, msg string) *errs.RefusalError {
+// refusal builds a refusal with the capacity state; anchor, if not "",
+// is the anchor at its per-anchor bound (the bound that refused). a.mu is
+// held.
+func (a *admission) refusal(code errs.Code, retry time.Duration, anchor, msg string) *errs.RefusalError {
 	a.count(code)
-	e := errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
+	var e *errs.RefusalError
+	if anchor != "" {
+		e = errs.NewRefusal(code, retry, "%s: anchor %q has %d records in flight (bound %d per anchor)", msg, anchor, a.anchorRecs[anchor], a.perAnchor)
+		e.Anchor = anchor
+	} else {
+		e = errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
+	}
 	a.withState(e)
 	return e
 }

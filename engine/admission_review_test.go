@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,10 @@ func testAdmission(o Options) (*admission, *time.Time) {
 	now := time.Unix(1_800_000_000, 0)
 	o.Clock = func() time.Time { return now }
 	if o.MaxInFlightRecords == 0 {
-		o.MaxInFlightRecords, o.MaxInFlightBytes = 1<<16, 256<<20
+		o.MaxInFlightRecords = 1 << 16
+	}
+	if o.MaxInFlightBytes == 0 {
+		o.MaxInFlightBytes = 256 << 20
 	}
 	a := &admission{}
 	a.init(&o)
@@ -161,4 +165,45 @@ func TestRateLimitRetryAfterDoesNotOverflow(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != errs.CodeRateLimited || re.RetryAfter != time.Duration(math.MaxInt64) {
 		t.Fatalf("second record at 1e-10 records/s: %v (RetryAfter %d), want CAP_003 with the longest RetryAfter", err, re.RetryAfter)
 	}
+}
+
+// A refusal by the per-anchor bound names its anchor and that bound
+// (DESIGN.md, "Admission"); it named none and quoted the database's
+// bounds, which were nowhere near reached.
+func TestPerAnchorRefusalNamesTheAnchor(t *testing.T) {
+	a, _ := testAdmission(Options{MaxInFlightRecords: 100, MaxInFlightPerAnchor: 2})
+	busy := oneRecord("busy", 2)
+	if err := a.acquire(context.Background(), busy, true); err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, refuse := range []bool{true, false} {
+		err := a.acquire(ended, &cost{records: 2, bytes: 2 * RecordOverhead, anchors: map[string]int{"busy": 1, "quiet": 1}}, refuse)
+		var re *RefusalError
+		want := errs.CodeQueueFull
+		if !refuse {
+			want = errs.CodeCapacityExhausted
+		}
+		if !errors.As(err, &re) || re.Code != want {
+			t.Fatalf("refuse=%v: %v, want %s", refuse, err, want)
+		}
+		if re.Anchor != "busy" || !strings.Contains(re.Message, `anchor "busy" has 2 records in flight (bound 2 per anchor)`) {
+			t.Fatalf("refuse=%v: refusal names anchor %q: %s", refuse, re.Anchor, re.Message)
+		}
+		if re.InFlightRecords != 2 || re.MaxRecords != 100 {
+			t.Fatalf("refuse=%v: capacity state %#v", refuse, re)
+		}
+	}
+	// The database's own bound names no anchor.
+	a.release(busy)
+	whole := oneRecord("x", 100)
+	if err := a.acquire(context.Background(), whole, true); err != nil {
+		t.Fatal(err)
+	}
+	var re *RefusalError
+	if err := a.acquire(context.Background(), oneRecord("y", 1), true); !errors.As(err, &re) || re.Code != errs.CodeQueueFull || re.Anchor != "" {
+		t.Fatalf("past the database's bound: %v (anchor %q), want CAP_002 naming no anchor", err, re.Anchor)
+	}
+	a.release(whole)
 }
