@@ -3,12 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -206,4 +208,24 @@ func TestPerAnchorRefusalNamesTheAnchor(t *testing.T) {
 		t.Fatalf("past the database's bound: %v (anchor %q), want CAP_002 naming no anchor", err, re.Anchor)
 	}
 	a.release(whole)
+}
+
+// Limits that let one record exceed what one append may carry
+// (MaxBatchBytes) are refused at Open, naming both: Validate allows values
+// up to the format's 512 MiB, and Open took a 300 MiB value limit that
+// every append at it then failed against another limit.
+func TestLimitsAboveOneAppendAreRefusedAtOpen(t *testing.T) {
+	over := segment.Limits{MaxKey: 1 << 10, MaxValue: 300 << 20, MaxIdempotencyKey: 256}
+	_, err := Open("db", Options{FS: vfs.NewMem(), Limits: over})
+	if CodeOf(err) != errs.CodeInvalidInput || !strings.Contains(err.Error(), "314572800") || !strings.Contains(err.Error(), fmt.Sprint(MaxBatchBytes)) {
+		t.Fatalf("open with a 300 MiB value limit: %v, want INPUT_001 naming the value limit and %d", err, MaxBatchBytes)
+	}
+	// Exactly at the bound is fine.
+	at := segment.Limits{MaxKey: 1 << 10, MaxIdempotencyKey: 256}
+	at.MaxValue = MaxBatchBytes - at.MaxKey - at.MaxIdempotencyKey - RecordOverhead
+	db, err := Open("db", Options{FS: vfs.NewMem(), Limits: at})
+	if err != nil {
+		t.Fatalf("open with limits exactly at one append: %v", err)
+	}
+	db.Close()
 }
