@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +33,7 @@ type admission struct {
 	maxRecs  int
 	maxBytes int64
 	waiters  int
+	queue    []*waiter // requests waiting for room, in arrival order
 
 	// perAnchor, when > 0, bounds the records in flight for one anchor;
 	// anchorRecs holds the anchors that have some (entries are deleted at 0,
@@ -81,10 +84,10 @@ type cost struct {
 	free    []bool // entries known to be duplicates before admission (nil: none)
 }
 
-// fits reports whether c fits under the bounds now; when only the
-// per-anchor bound stands in the way it names the anchor (the byte-smallest
-// of those at their bound). a.mu is held.
-func (a *admission) fits(c *cost) (ok bool, anchor string) {
+// fits reports whether c fits under the database's bounds now and, if it
+// does, which anchor of c is at its per-anchor bound ("" none; the
+// byte-smallest when several are). a.mu is held.
+func (a *admission) fits(c *cost) (global bool, anchor string) {
 	if a.records > 0 && (a.records+c.records > a.maxRecs || a.bytes+c.bytes > a.maxBytes) {
 		return false, ""
 	}
@@ -95,12 +98,20 @@ func (a *admission) fits(c *cost) (ok bool, anchor string) {
 			}
 		}
 	}
-	return anchor == "", anchor
+	return true, anchor
 }
 
 // acquire admits c or returns why not. It takes the rate limit's tokens
 // first (refusing at once when an anchor has too few), then waits for room
 // under the bounds; a request that is refused or gives up returns its tokens.
+//
+// Requests waiting for the database's bounds are served in arrival order
+// (a.queue): while one waits, a later request does not get in ahead of it
+// even when it would fit (it waits behind, or is refused with refuse).
+// Without that a large request, which needs room that a stream of small
+// ones never leaves, waited until its context ended. A request held back
+// only by its anchor's bound does not hold the queue: it steps out and
+// lets the others by, so one busy anchor does not stall the rest.
 func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	if a.disabled || c.records == 0 {
 		// Only the gate: a request with no record to append (duplicates)
@@ -110,28 +121,45 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	if err := a.takeTokens(c); err != nil {
 		return err
 	}
+	var me *waiter // this request's place in a.queue once it waits
 	for {
 		a.mu.Lock()
-		fits, anchor := a.fits(c)
-		if fits && a.gate.enter() {
+		global, anchor := a.fits(c)
+		ahead := len(a.queue) > 0 && a.queue[0] != me
+		if global && anchor == "" && !ahead && a.gate.enter() {
 			a.records += c.records
 			a.bytes += c.bytes
 			for id, n := range c.anchors {
 				a.anchorRecs[id] += n
 			}
+			a.leaveQueue(me)
 			a.mu.Unlock()
 			return nil
 		}
 		if a.gate.isClosing() {
+			a.leaveQueue(me)
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return errClosed
 		}
+		why := "in-flight bound reached"
+		if global && anchor == "" {
+			why = fmt.Sprintf("%d requests wait for room ahead of this one", len(a.queue))
+		}
 		if refuse {
-			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, anchor, "in-flight bound reached")
+			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, anchor, why)
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return e
+		}
+		switch {
+		case !global && me == nil:
+			me = &waiter{}
+			a.queue = append(a.queue, me)
+		case global && !ahead && me != nil:
+			// First in line with room, held back by its anchor alone.
+			a.leaveQueue(me)
+			me = nil
 		}
 		wait := a.cond
 		a.waiters++
@@ -144,11 +172,35 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 		case <-ctx.Done():
 			a.mu.Lock()
 			a.waiters--
-			e := a.refusal(errs.CodeCapacityExhausted, 0, anchor, "in-flight bound reached and the context ended: "+ctx.Err().Error())
+			a.leaveQueue(me)
+			e := a.refusal(errs.CodeCapacityExhausted, 0, anchor, why+" and the context ended: "+ctx.Err().Error())
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return e
 		}
+	}
+}
+
+// waiter is a request's place in the queue of those waiting for room.
+type waiter struct{}
+
+// leaveQueue takes w (nil: not queued) out of the queue, and wakes the
+// waiters so that the next in line looks again. a.mu is held.
+func (a *admission) leaveQueue(w *waiter) {
+	if w == nil {
+		return
+	}
+	if i := slices.Index(a.queue, w); i >= 0 {
+		a.queue = slices.Delete(a.queue, i, i+1)
+	}
+	a.wake()
+}
+
+// wake wakes every waiter to look at the bounds again; a.mu is held.
+func (a *admission) wake() {
+	if a.waiters > 0 {
+		close(a.cond)
+		a.cond = make(chan struct{})
 	}
 }
 
@@ -322,10 +374,7 @@ func (a *admission) release(c *cost) {
 			delete(a.anchorRecs, id)
 		}
 	}
-	if a.waiters > 0 {
-		close(a.cond)
-		a.cond = make(chan struct{})
-	}
+	a.wake()
 	a.mu.Unlock()
 	a.releaseGate()
 }

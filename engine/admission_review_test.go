@@ -229,3 +229,85 @@ func TestLimitsAboveOneAppendAreRefusedAtOpen(t *testing.T) {
 	}
 	db.Close()
 }
+
+// A request waiting for room is not starved by later, smaller ones that
+// fit: once it waits, they wait behind it. DESIGN.md says a request over a
+// whole bound is admitted alone "so it cannot wait forever", but it needs
+// nothing in flight, and under a steady stream of small appends that fit
+// there always was something: it waited until its context ended.
+func TestAdmissionWaiterIsNotStarved(t *testing.T) {
+	a, _ := testAdmission(Options{MaxInFlightRecords: 4})
+	small := func() *cost { return oneRecord("s", 1) }
+	s1 := small()
+	if err := a.acquire(context.Background(), s1, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang detector
+	defer cancel()
+	big := oneRecord("b", 10) // over the whole bound: admitted alone
+	bigDone := make(chan error, 1)
+	go func() { bigDone <- a.acquire(ctx, big, false) }()
+	waitFor(t, "the big request to wait", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return a.waiters == 1 })
+
+	// A small request arriving now fits under the bound, but the big one
+	// was first: it waits behind it (and is refused at once with
+	// RefuseWhenFull).
+	var re *RefusalError
+	if err := a.acquire(ctx, small(), true); !errors.As(err, &re) || re.Code != errs.CodeQueueFull {
+		t.Fatalf("small request with RefuseWhenFull while a request waits ahead: %v, want CAP_002", err)
+	}
+	s2 := small()
+	s2Done := make(chan error, 1)
+	go func() { s2Done <- a.acquire(ctx, s2, false) }()
+	waitFor(t, "the small request to wait or get in", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.waiters == 2 || len(s2Done) > 0
+	})
+	if len(s2Done) > 0 {
+		t.Fatal("a small request got in ahead of the one waiting before it")
+	}
+	a.release(s1)
+	if err := <-bigDone; err != nil {
+		t.Fatalf("the big request once the in-flight small one left: %v", err)
+	}
+	a.release(big)
+	if err := <-s2Done; err != nil {
+		t.Fatalf("the small request behind it: %v", err)
+	}
+	a.release(s2)
+	if r, b := a.inFlight(); r != 0 || b != 0 || a.waiters != 0 {
+		t.Fatalf("left: %d records, %d bytes, %d waiters", r, b, a.waiters)
+	}
+}
+
+// The order of waiters does not let one busy anchor stall the others: a
+// request first in line that has room under the database's bounds but not
+// under its anchor's steps out of line.
+func TestAdmissionWaiterHeldByItsAnchorLetsOthersBy(t *testing.T) {
+	a, _ := testAdmission(Options{MaxInFlightRecords: 2, MaxInFlightPerAnchor: 1})
+	busy, other := oneRecord("busy", 1), oneRecord("other", 1)
+	for _, c := range []*cost{busy, other} {
+		if err := a.acquire(context.Background(), c, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang detector
+	defer cancel()
+	second := oneRecord("busy", 1)
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- a.acquire(ctx, second, false) }() // the database is full: it waits in line
+	waitFor(t, "the second busy request to wait in line", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.queue) == 1 })
+	a.release(other) // room in the database, none for its anchor
+	waitFor(t, "it to step out of line", func() bool { a.mu.Lock(); defer a.mu.Unlock(); return len(a.queue) == 0 && a.waiters == 1 })
+	quiet := oneRecord("quiet", 1)
+	if err := a.acquire(ctx, quiet, true); err != nil {
+		t.Fatalf("another anchor while a busy anchor's request waits: %v", err)
+	}
+	a.release(quiet)
+	a.release(busy)
+	if err := <-secondDone; err != nil {
+		t.Fatal(err)
+	}
+	a.release(second)
+}
