@@ -45,7 +45,8 @@ type admission struct {
 	rate    float64
 	burst   float64
 	now     func() time.Time
-	buckets map[string]*bucket
+	buckets map[string]*bucket // none for an anchor means a full bucket
+	sweepAt int                // sweep full buckets when there are more
 
 	// disabled skips every bound (Options.DisableAdmission, for measuring
 	// the layer's cost): only the close gate remains.
@@ -71,6 +72,7 @@ func (a *admission) init(o *Options) {
 	}
 	a.now = o.Clock
 	a.buckets = make(map[string]*bucket)
+	a.sweepAt = minSweep
 	a.disabled = o.DisableAdmission
 	a.cond = make(chan struct{})
 }
@@ -286,6 +288,12 @@ func (a *admission) takeTokens(c *cost) error {
 		}
 	}
 	if short != "" {
+		// A refusal leaves nothing behind: not the full buckets it made.
+		for id := range c.anchors {
+			if a.buckets[id].tokens >= a.burst {
+				delete(a.buckets, id)
+			}
+		}
 		e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
 			short, a.rate, a.burst, left)
 		e.Anchor = short
@@ -296,8 +304,23 @@ func (a *admission) takeTokens(c *cost) error {
 	for id, n := range c.anchors {
 		a.buckets[id].tokens -= float64(n)
 	}
+	if len(a.buckets) > a.sweepAt {
+		// Forget the buckets that are full again, as a new one would be:
+		// the map holds the anchors that appended lately, not every
+		// anchor since Open. Amortized, each bucket is looked at once or
+		// twice per doubling.
+		for id := range a.buckets {
+			if a.refill(id, now).tokens >= a.burst {
+				delete(a.buckets, id)
+			}
+		}
+		a.sweepAt = max(minSweep, 2*len(a.buckets))
+	}
 	return nil
 }
+
+// minSweep is the number of buckets below which none is swept.
+const minSweep = 1024
 
 // retryAfter is how long a bucket holding have tokens takes to hold need
 // at rate tokens a second, so that waiting it is enough: rounded up to the
@@ -343,7 +366,9 @@ func (a *admission) returnTokens(anchors map[string]int) {
 	a.mu.Lock()
 	for id, n := range anchors {
 		if b := a.buckets[id]; b != nil {
-			b.tokens = min(a.burst, b.tokens+float64(n))
+			if b.tokens += float64(n); b.tokens >= a.burst {
+				delete(a.buckets, id) // full: the same as none
+			}
 		}
 	}
 	a.mu.Unlock()

@@ -311,3 +311,43 @@ func TestAdmissionWaiterHeldByItsAnchorLetsOthersBy(t *testing.T) {
 	}
 	a.release(second)
 }
+
+// The rate limit keeps no bucket it does not need: a full bucket is the
+// same as none (a new one starts full). A refused request left a bucket
+// behind for its anchor, and every anchor that ever appended kept one for
+// the life of the database, 100,000 anchors or a stream of refused ids.
+func TestRateLimitBucketsDoNotAccumulate(t *testing.T) {
+	a, now := testAdmission(Options{MaxInFlightRecords: 1, AnchorRate: 1000, AnchorBurst: 1})
+	held := oneRecord("held", 1)
+	if err := a.acquire(context.Background(), held, true); err != nil {
+		t.Fatal(err)
+	}
+	var re *RefusalError
+	if err := a.acquire(context.Background(), oneRecord("new", 1), true); !errors.As(err, &re) || re.Code != errs.CodeQueueFull {
+		t.Fatalf("past the bound: %v, want CAP_002", err)
+	}
+	if _, ok := a.buckets["new"]; ok {
+		t.Fatal("the refused request left a bucket for its anchor")
+	}
+	a.release(held)
+	for i := range 10_000 {
+		c := oneRecord(fmt.Sprint("dev-", i), 1)
+		if err := a.acquire(context.Background(), c, true); err != nil {
+			t.Fatal(err)
+		}
+		a.release(c)
+		*now = now.Add(time.Millisecond) // a token a millisecond: each bucket is full again
+	}
+	if n := len(a.buckets); n > 2048 {
+		t.Fatalf("%d buckets kept for 10,000 anchors whose buckets are full again", n)
+	}
+	// The accounting is unchanged: an anchor just appended to has none left.
+	last := oneRecord("last", 1)
+	if err := a.acquire(context.Background(), last, true); err != nil {
+		t.Fatal(err)
+	}
+	a.release(last)
+	if err := a.acquire(context.Background(), oneRecord("last", 1), true); !errors.As(err, &re) || re.Code != errs.CodeRateLimited {
+		t.Fatalf("second record within the millisecond: %v, want CAP_003", err)
+	}
+}
