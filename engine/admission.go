@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +33,7 @@ type admission struct {
 	maxRecs  int
 	maxBytes int64
 	waiters  int
+	queue    []*waiter // requests waiting for room, in arrival order
 
 	// perAnchor, when > 0, bounds the records in flight for one anchor;
 	// anchorRecs holds the anchors that have some (entries are deleted at 0,
@@ -41,7 +45,8 @@ type admission struct {
 	rate    float64
 	burst   float64
 	now     func() time.Time
-	buckets map[string]*bucket
+	buckets map[string]*bucket // none for an anchor means a full bucket
+	sweepAt int                // sweep full buckets when there are more
 
 	// disabled skips every bound (Options.DisableAdmission, for measuring
 	// the layer's cost): only the close gate remains.
@@ -67,6 +72,7 @@ func (a *admission) init(o *Options) {
 	}
 	a.now = o.Clock
 	a.buckets = make(map[string]*bucket)
+	a.sweepAt = minSweep
 	a.disabled = o.DisableAdmission
 	a.cond = make(chan struct{})
 }
@@ -80,23 +86,34 @@ type cost struct {
 	free    []bool // entries known to be duplicates before admission (nil: none)
 }
 
-func (a *admission) fits(c *cost) bool {
+// fits reports whether c fits under the database's bounds now and, if it
+// does, which anchor of c is at its per-anchor bound ("" none; the
+// byte-smallest when several are). a.mu is held.
+func (a *admission) fits(c *cost) (global bool, anchor string) {
 	if a.records > 0 && (a.records+c.records > a.maxRecs || a.bytes+c.bytes > a.maxBytes) {
-		return false
+		return false, ""
 	}
 	if a.perAnchor > 0 {
 		for id, n := range c.anchors {
-			if have := a.anchorRecs[id]; have > 0 && have+n > a.perAnchor {
-				return false
+			if have := a.anchorRecs[id]; have > 0 && have+n > a.perAnchor && (anchor == "" || id < anchor) {
+				anchor = id
 			}
 		}
 	}
-	return true
+	return true, anchor
 }
 
 // acquire admits c or returns why not. It takes the rate limit's tokens
 // first (refusing at once when an anchor has too few), then waits for room
 // under the bounds; a request that is refused or gives up returns its tokens.
+//
+// Requests waiting for the database's bounds are served in arrival order
+// (a.queue): while one waits, a later request does not get in ahead of it
+// even when it would fit (it waits behind, or is refused with refuse).
+// Without that a large request, which needs room that a stream of small
+// ones never leaves, waited until its context ended. A request held back
+// only by its anchor's bound does not hold the queue: it steps out and
+// lets the others by, so one busy anchor does not stall the rest.
 func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	if a.disabled || c.records == 0 {
 		// Only the gate: a request with no record to append (duplicates)
@@ -106,27 +123,45 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 	if err := a.takeTokens(c); err != nil {
 		return err
 	}
+	var me *waiter // this request's place in a.queue once it waits
 	for {
 		a.mu.Lock()
-		if a.fits(c) && a.gate.enter() {
+		global, anchor := a.fits(c)
+		ahead := len(a.queue) > 0 && a.queue[0] != me
+		if global && anchor == "" && !ahead && a.gate.enter() {
 			a.records += c.records
 			a.bytes += c.bytes
 			for id, n := range c.anchors {
 				a.anchorRecs[id] += n
 			}
+			a.leaveQueue(me)
 			a.mu.Unlock()
 			return nil
 		}
 		if a.gate.isClosing() {
+			a.leaveQueue(me)
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return errClosed
 		}
+		why := "in-flight bound reached"
+		if global && anchor == "" {
+			why = fmt.Sprintf("%d requests wait for room ahead of this one", len(a.queue))
+		}
 		if refuse {
-			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, "in-flight bound reached")
+			e := a.refusal(errs.CodeQueueFull, 10*time.Millisecond, anchor, why)
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return e
+		}
+		switch {
+		case !global && me == nil:
+			me = &waiter{}
+			a.queue = append(a.queue, me)
+		case global && !ahead && me != nil:
+			// First in line with room, held back by its anchor alone.
+			a.leaveQueue(me)
+			me = nil
 		}
 		wait := a.cond
 		a.waiters++
@@ -139,11 +174,35 @@ func (a *admission) acquire(ctx context.Context, c *cost, refuse bool) error {
 		case <-ctx.Done():
 			a.mu.Lock()
 			a.waiters--
-			e := a.refusal(errs.CodeCapacityExhausted, 0, "in-flight bound reached and the context ended: "+ctx.Err().Error())
+			a.leaveQueue(me)
+			e := a.refusal(errs.CodeCapacityExhausted, 0, anchor, why+" and the context ended: "+ctx.Err().Error())
 			a.mu.Unlock()
 			a.returnTokens(c.anchors)
 			return e
 		}
+	}
+}
+
+// waiter is a request's place in the queue of those waiting for room.
+type waiter struct{}
+
+// leaveQueue takes w (nil: not queued) out of the queue, and wakes the
+// waiters so that the next in line looks again. a.mu is held.
+func (a *admission) leaveQueue(w *waiter) {
+	if w == nil {
+		return
+	}
+	if i := slices.Index(a.queue, w); i >= 0 {
+		a.queue = slices.Delete(a.queue, i, i+1)
+	}
+	a.wake()
+}
+
+// wake wakes every waiter to look at the bounds again; a.mu is held.
+func (a *admission) wake() {
+	if a.waiters > 0 {
+		close(a.cond)
+		a.cond = make(chan struct{})
 	}
 }
 
@@ -158,12 +217,26 @@ func (a *admission) enter() error {
 	return nil
 }
 
-// refusal builds a refusal with the capacity state; a.mu is held.
-func (a *admission) refusal(code errs.Code, retry time.Duration, msg string) *errs.RefusalError {
+// refusal builds a refusal with the capacity state; anchor, if not "",
+// is the anchor at its per-anchor bound (the bound that refused). a.mu is
+// held.
+func (a *admission) refusal(code errs.Code, retry time.Duration, anchor, msg string) *errs.RefusalError {
 	a.count(code)
-	e := errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
-	e.InFlightRecords, e.InFlightBytes, e.MaxRecords, e.MaxBytes = a.records, a.bytes, a.maxRecs, a.maxBytes
+	var e *errs.RefusalError
+	if anchor != "" {
+		e = errs.NewRefusal(code, retry, "%s: anchor %q has %d records in flight (bound %d per anchor)", msg, anchor, a.anchorRecs[anchor], a.perAnchor)
+		e.Anchor = anchor
+	} else {
+		e = errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
+	}
+	a.withState(e)
 	return e
+}
+
+// withState records the capacity state in a refusal, as every refusal
+// carries it (DESIGN.md, "Admission"); a.mu is held.
+func (a *admission) withState(e *errs.RefusalError) {
+	e.InFlightRecords, e.InFlightBytes, e.MaxRecords, e.MaxBytes = a.records, a.bytes, a.maxRecs, a.maxBytes
 }
 
 func (a *admission) count(code errs.Code) {
@@ -178,7 +251,8 @@ func (a *admission) count(code errs.Code) {
 }
 
 // takeTokens takes one token per record from each anchor's bucket, all or
-// none.
+// none. Refused, it names the anchor that waits longest for its tokens,
+// with that wait: a batch over several anchors must wait for the slowest.
 func (a *admission) takeTokens(c *cost) error {
 	if a.rate <= 0 {
 		return nil
@@ -186,29 +260,81 @@ func (a *admission) takeTokens(c *cost) error {
 	now := a.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	var (
+		short string // the anchor that waits longest, if any
+		wait  time.Duration
+		left  float64
+	)
 	for id, n := range c.anchors {
 		b := a.refill(id, now)
-		if b.tokens < float64(n) {
-			if float64(n) > a.burst {
-				// More than the bucket ever holds: admitted when it is full,
-				// leaving it in debt, so a large batch is slowed, not barred.
-				if b.tokens >= a.burst {
-					continue
-				}
-				n = int(a.burst)
-			}
-			wait := time.Duration((float64(n) - b.tokens) / a.rate * float64(time.Second))
-			e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
-				id, a.rate, a.burst, b.tokens)
-			e.Anchor = id
-			a.count(errs.CodeRateLimited)
-			return e
+		need := float64(n)
+		if b.tokens >= need {
+			continue
 		}
+		if need > a.burst {
+			// More than the bucket ever holds: admitted when it is full,
+			// leaving it in debt, so a large batch is slowed, not barred.
+			if b.tokens >= a.burst {
+				continue
+			}
+			// NB: the burst, not int(burst): the default burst
+			// max(1, rate) may be fractional, and the request waits for
+			// all of it.
+			need = a.burst
+		}
+		w := retryAfter(need, b.tokens, a.rate)
+		if short == "" || w > wait || w == wait && id < short {
+			short, wait, left = id, w, b.tokens
+		}
+	}
+	if short != "" {
+		// A refusal leaves nothing behind: not the full buckets it made.
+		for id := range c.anchors {
+			if a.buckets[id].tokens >= a.burst {
+				delete(a.buckets, id)
+			}
+		}
+		e := errs.NewRefusal(errs.CodeRateLimited, wait, "anchor %q is limited to %g records/s (burst %g); %.2f tokens left",
+			short, a.rate, a.burst, left)
+		e.Anchor = short
+		a.withState(e)
+		a.count(errs.CodeRateLimited)
+		return e
 	}
 	for id, n := range c.anchors {
 		a.buckets[id].tokens -= float64(n)
 	}
+	if len(a.buckets) > a.sweepAt {
+		// Forget the buckets that are full again, as a new one would be:
+		// the map holds the anchors that appended lately, not every
+		// anchor since Open. Amortized, each bucket is looked at once or
+		// twice per doubling.
+		for id := range a.buckets {
+			if a.refill(id, now).tokens >= a.burst {
+				delete(a.buckets, id)
+			}
+		}
+		a.sweepAt = max(minSweep, 2*len(a.buckets))
+	}
 	return nil
+}
+
+// minSweep is the number of buckets below which none is swept.
+const minSweep = 1024
+
+// retryAfter is how long a bucket holding have tokens takes to hold need
+// at rate tokens a second, so that waiting it is enough: rounded up to the
+// next nanosecond, and one more for the rounding of the float arithmetic
+// in refill (truncated, 1/3 s at 3 tokens a second left a retry 1e-9 of a
+// token short, refused again). A wait past the longest Duration (a rate
+// below about 1e-10 a second) is the longest Duration: converting the
+// float would give a negative one.
+func retryAfter(need, have, rate float64) time.Duration {
+	ns := math.Ceil((need-have)/rate*float64(time.Second)) + 1
+	if ns >= math.MaxInt64 { // float64(MaxInt64) is 2^63, one past it
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
 }
 
 // refill brings an anchor's bucket up to now; a.mu is held.
@@ -219,10 +345,14 @@ func (a *admission) refill(id string, now time.Time) *bucket {
 		a.buckets[id] = b
 		return b
 	}
+	// NB: a clock that stepped back (Options.Clock need not be monotonic)
+	// counts as no time passing, and the bucket refills from the new time
+	// on: keeping the old time would refuse the anchor until the clock
+	// came back to it, with a RetryAfter that promised much less.
 	if dt := now.Sub(b.at); dt > 0 {
 		b.tokens = min(a.burst, b.tokens+dt.Seconds()*a.rate)
-		b.at = now
 	}
+	b.at = now
 	return b
 }
 
@@ -236,7 +366,9 @@ func (a *admission) returnTokens(anchors map[string]int) {
 	a.mu.Lock()
 	for id, n := range anchors {
 		if b := a.buckets[id]; b != nil {
-			b.tokens = min(a.burst, b.tokens+float64(n))
+			if b.tokens += float64(n); b.tokens >= a.burst {
+				delete(a.buckets, id) // full: the same as none
+			}
 		}
 	}
 	a.mu.Unlock()
@@ -267,10 +399,7 @@ func (a *admission) release(c *cost) {
 			delete(a.anchorRecs, id)
 		}
 	}
-	if a.waiters > 0 {
-		close(a.cond)
-		a.cond = make(chan struct{})
-	}
+	a.wake()
 	a.mu.Unlock()
 	a.releaseGate()
 }

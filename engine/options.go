@@ -29,7 +29,10 @@ type Options struct {
 	// and a new one started. Default 64 MiB.
 	SegmentSize int64
 
-	// Limits bound keys, values and idempotency keys (SPEC §9).
+	// Limits bound keys, values and idempotency keys (SPEC §9). Default
+	// segment.DefaultLimits (64 KiB, 16 MiB, 256 bytes), when all three are
+	// zero. One record at the limits, with RecordOverhead, must fit one
+	// append (MaxBatchBytes), or Open refuses them.
 	Limits segment.Limits
 
 	// FileCacheSize bounds the segment files held open at once, so 100,000
@@ -167,6 +170,12 @@ func (o Options) withDefaults() (Options, error) {
 		return o, errs.New(errs.CodeInvalidInput, "per-anchor bounds and rates must not be negative")
 	case o.MaxInFlightRecords < 1 || o.MaxInFlightBytes < 1:
 		return o, errs.New(errs.CodeInvalidInput, "in-flight bounds must be positive")
+	case int64(o.Limits.MaxKey)+int64(o.Limits.MaxValue)+int64(o.Limits.MaxIdempotencyKey)+RecordOverhead > MaxBatchBytes:
+		// segment.Limits allows what the format holds (512 MiB values);
+		// a record one append cannot carry would pass the limits and
+		// fail every append anyway, against another limit.
+		return o, errs.New(errs.CodeInvalidInput, "key, value and idempotency key limits (%d, %d, %d) allow a record above the %d-byte limit of one append",
+			o.Limits.MaxKey, o.Limits.MaxValue, o.Limits.MaxIdempotencyKey, MaxBatchBytes)
 	case o.MaxInFlightBytes > MaxBatchBytes:
 		// A commit group holds at most the in-flight bytes plus one request;
 		// that must fit a journal block.

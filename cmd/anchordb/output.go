@@ -292,7 +292,7 @@ func errorJSON(err error) errorJSONShape {
 	}
 	var re *errs.RefusalError
 	if errors.As(err, &re) {
-		b.RetryAfterMS = re.RetryAfter.Milliseconds()
+		b.RetryAfterMS = ceilMillis(re.RetryAfter)
 		if re.Anchor != "" {
 			b.Anchor = re.Anchor
 		}
@@ -319,6 +319,17 @@ func errorJSON(err error) errorJSONShape {
 		b.Appended = &appended
 	}
 	return errorJSONShape{Error: b}
+}
+
+// ceilMillis is d in whole milliseconds, rounded up: a retry hint printed
+// short is one that is not enough, and one under a millisecond would print
+// as 0 and (omitempty) not at all.
+func ceilMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond > 0 {
+		ms++
+	}
+	return ms
 }
 
 // messageOf is err's message without the "CODE reason: " the coded errors

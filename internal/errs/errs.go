@@ -107,10 +107,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // distinct findings never compare equal by accident.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	if !ok || t.Message != "" || t.Err != nil || t.Anchor != "" || t.File != "" {
-		return false
-	}
-	return t.Code == e.Code
+	return ok && t.isSentinel() && t.Code == e.Code
+}
+
+// isSentinel reports whether e carries nothing but a Code.
+func (e *Error) isSentinel() bool {
+	return e.Message == "" && e.Err == nil && e.Anchor == "" && e.Seq == 0 && e.File == "" && e.Offset == 0
 }
 
 // New returns an *Error with a formatted message.
@@ -203,10 +205,11 @@ func (r *RefusalError) Error() string {
 }
 
 // Is matches a sentinel *Error with the same code, so errors.Is(err,
-// ErrQueueFull) works for refusals too.
+// ErrQueueFull) works for refusals too. As for *Error.Is, only a sentinel
+// (nothing but a Code) matches: a located *Error is another finding.
 func (r *RefusalError) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Message == "" && t.Err == nil && t.Code == r.Code
+	return ok && t.isSentinel() && t.Code == r.Code
 }
 
 // NewRefusal returns a refusal with the reason of its code.

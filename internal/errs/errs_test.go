@@ -30,3 +30,39 @@ func TestMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestCodesOfSPEC8 pins the table of SPEC §8: every code, its reason, and
+// how a refusal answers errors.Is, errors.As and CodeOf when wrapped.
+func TestCodesOfSPEC8(t *testing.T) {
+	table := map[Code]string{
+		"CAP_001": "capacity_exhausted", "CAP_002": "queue_full", "CAP_003": "rate_limited",
+		"STATE_001": "scope_locked", "STATE_002": "conflict_detected", "STATE_003": "dependency_missing",
+		"INT_001": "hash_mismatch", "INT_002": "chain_broken", "INT_003": "snapshot_corrupted", "INT_004": "index_mismatch",
+		"AUTH_003": "signature_invalid", "IO_001": "write_failed", "INPUT_001": "invalid_input",
+	}
+	if len(reasons) != len(table) {
+		t.Fatalf("%d codes defined, SPEC §8 has %d", len(reasons), len(table))
+	}
+	for code, reason := range table {
+		if got := code.Reason(); got != reason {
+			t.Errorf("%s: reason %q, want %q", code, got, reason)
+		}
+	}
+	sentinels := map[Code]*Error{CodeCapacityExhausted: ErrCapacityExhausted, CodeQueueFull: ErrQueueFull, CodeRateLimited: ErrRateLimited}
+	for code, sentinel := range sentinels {
+		r := NewRefusal(code, 0, "bound reached")
+		err := fmt.Errorf("entry 3: %w", r)
+		var re *RefusalError
+		if !errors.Is(err, sentinel) || !errors.As(err, &re) || re.Reason != table[code] || CodeOf(err) != code {
+			t.Errorf("%s refusal wrapped: Is %v, As %v, CodeOf %s", code, errors.Is(err, sentinel), errors.As(err, &re), CodeOf(err))
+		}
+		if errors.Is(err, ErrConflict) {
+			t.Errorf("%s refusal matches ErrConflict", code)
+		}
+		// Only sentinels match by code, as for *Error: a located error
+		// with the same code is another finding.
+		if errors.Is(err, &Error{Code: code, Anchor: "a"}) || errors.Is(err, &Error{Code: code, File: "f"}) {
+			t.Errorf("%s refusal matches a located error of its code, not a sentinel", code)
+		}
+	}
+}
