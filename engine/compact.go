@@ -438,6 +438,13 @@ func (db *DB) auditedSnapshotLog() (created map[string]snapshot.AuditItem, remov
 	if err != nil {
 		return nil, nil, err
 	}
+	return db.auditedSnapshotsUpTo(head)
+}
+
+// auditedSnapshotsUpTo is auditedSnapshotLog reading the audit log's lines
+// up to head (every line, for math.MaxUint64). A line that fails its check
+// or does not link is returned as the error (INT_002).
+func (db *DB) auditedSnapshotsUpTo(head uint64) (created map[string]snapshot.AuditItem, removed map[string]segment.Hash, err error) {
 	created, removed = map[string]snapshot.AuditItem{}, map[string]segment.Hash{}
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {

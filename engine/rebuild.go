@@ -21,7 +21,8 @@ const (
 	// EventStateFromSnapshot: a rebuild from a snapshot took the state at
 	// its frontier from the named snapshot.
 	EventStateFromSnapshot = "state_from_snapshot"
-	// EventSnapshotSkipped: a snapshot failed to verify and was not used.
+	// EventSnapshotSkipped: a snapshot failed to verify (INT_003), or the
+	// audit log does not vouch for it (STATE_003), and was not used.
 	EventSnapshotSkipped = "snapshot_skipped"
 	// EventFastRebuildAbandoned: a rebuild from a snapshot met something only
 	// a full replay handles, and fell back to it.
@@ -58,8 +59,9 @@ func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (Re
 type RebuildOptions struct {
 	// Apply rebuilds; without it the rebuild is only planned.
 	Apply bool
-	// FromSnapshot starts from the newest snapshot that verifies: the state
-	// at its frontier comes from it and the records up to it are indexed
+	// FromSnapshot starts from the newest snapshot that the audit log
+	// records as created (name, file and state hash) and that verifies:
+	// the state at its frontier comes from it and the records up to it are indexed
 	// without recomputing their hashes (see fastrebuild.go). Much faster on
 	// a large log; history before the snapshot is not rebuilt. Anything
 	// unusual on disk falls back to a full replay.
