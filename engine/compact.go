@@ -569,7 +569,7 @@ func (db *DB) unsnapshotted(ctx context.Context, snaps []snapshot.Info) (snapsho
 	var st snapshot.Stats
 	var newest *snapshot.Info
 	for i := range snaps {
-		if snaps[i].Err == nil && (newest == nil || snaps[i].Created.After(newest.Created)) {
+		if snaps[i].Err == nil && (newest == nil || snapshot.Compare(snaps[i], *newest) > 0) {
 			newest = &snaps[i]
 		}
 	}

@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,4 +161,91 @@ func TestReview4RebuildFromSnapshotNeedsTheAuditLog(t *testing.T) {
 			checkState(t, db, want)
 		})
 	}
+}
+
+// TestReview4SnapshotOrderIsTheFrontiers: snapshots were ordered by their
+// creation time (which their names embed too). After the clock went back,
+// a snapshot of a later frontier sorted before the older ones: compaction
+// took the older one for "the newest" — it counted the records since it,
+// so an immediate rerun with nothing new created yet another snapshot, and
+// keep_snapshots deleted the newest state and kept the older one — and
+// rebuild-index --from-snapshot started from the older one. Snapshots of
+// one log are ordered by their frontiers now, which only grow.
+func TestReview4SnapshotOrderIsTheFrontiers(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	var clockMu sync.Mutex
+	clock := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return now }
+	setClock := func(t time.Time) { clockMu.Lock(); now = t; clockMu.Unlock() }
+	opts := fixtureOptions(fs)
+	opts.Clock = clock
+	db := mustOpen(t, fs, opts)
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	want := map[string]string{}
+	put := func(tag string) {
+		for i := 0; i < 20; i++ {
+			k, v := fmt.Sprintf("k%02d", i), fmt.Sprintf("%s-%d", tag, i)
+			if _, err := db.Put(ctx, fmt.Sprintf("a%d", i%2), []byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			want[k] = v
+		}
+	}
+	covered := func(s snapshot.Info) uint64 {
+		var n uint64
+		for _, h := range s.Frontier {
+			n += h.Seq
+		}
+		return n
+	}
+	put("first")
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The clock goes back an hour before each of two more runs.
+	for i, tag := range []string{"second", "third"} {
+		put(tag)
+		setClock(now.Add(-time.Hour))
+		if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err != nil {
+			t.Fatal(err)
+		}
+		list, err := db.Snapshots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		newest := list[len(list)-1]
+		if covered(newest) != uint64(20*(i+2)) {
+			t.Fatalf("run %d: the newest snapshot %s covers %d records; the log holds %d", i+2, newest.Name, covered(newest), 20*(i+2))
+		}
+		// Nothing new since: no trigger fires.
+		res, err := db.Compact(ctx, policy, CompactOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range res.Plan.Actions {
+			if a.Kind == snapshot.ActionCreateSnapshot {
+				t.Fatalf("run %d: with no record since the newest snapshot, the plan creates another: %s", i+2, a.Reason)
+			}
+		}
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := list[len(list)-1]
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := rebuildEvents(plan.Report, EventStateFromSnapshot)
+	if len(from) != 1 || from[0].File != newest.Path {
+		t.Fatalf("rebuild from %+v; want the snapshot of the newest frontier, %s", from, newest.Path)
+	}
+	db = mustOpen(t, fs, opts)
+	defer db.Close()
+	checkState(t, db, want)
 }

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,8 +137,9 @@ func Verify(fs vfs.FS, path string) (Info, error) {
 	return info, nil
 }
 
-// List returns the snapshots in dir (files named *.snap), oldest first by
-// creation time, then name. It reads each file's header and footer only (see
+// List returns the snapshots in dir (files named *.snap), oldest first
+// (Compare: by the records their frontiers cover, then creation time and
+// name). It reads each file's header and footer only (see
 // ReadInfo); a file it cannot read is listed with Err set, not dropped. A
 // missing dir is an empty list. Temp files of unfinished Creates are skipped.
 func List(fs vfs.FS, dir string) ([]Info, error) {
@@ -163,13 +165,37 @@ func List(fs vfs.FS, dir string) ([]Info, error) {
 		}
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b Info) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(out, Compare)
 	return out, nil
+}
+
+// Compare orders snapshots oldest first, for List and the planner: by the
+// records their frontiers cover, then by creation time, then by name. A
+// file that could not be read (Err set) has no frontier and sorts before
+// every readable one.
+//
+// NB: not by creation time first. The time is the clock's at Create, and a
+// clock that went back dates a later snapshot before earlier ones; the
+// frontier of one log only grows (every anchor's seq), so a later snapshot
+// of it covers more records than any earlier one.
+func Compare(a, b Info) int {
+	if c := cmp.Compare(boolRank(a.Err == nil), boolRank(b.Err == nil)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Frontier.Records(), b.Frontier.Records()); c != 0 {
+		return c
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // readMeta reads and checks header and footer.
