@@ -81,12 +81,9 @@ type Snapshot struct {
 // truncation or read failure is INT_003 (*errs.Error with File = path); a
 // missing file is INPUT_001.
 func Open(fs vfs.FS, path string) (*Snapshot, error) {
-	f, err := fs.Open(path)
+	f, err := openFile(fs, path)
 	if err != nil {
-		if isNotExist(err) {
-			return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
-		}
-		return nil, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: open", path).At("", 0, path, 0)
+		return nil, err
 	}
 	s, err := readMeta(f, fs.PathBase(path), path)
 	if err == nil {
@@ -99,16 +96,40 @@ func Open(fs vfs.FS, path string) (*Snapshot, error) {
 	return s, nil
 }
 
+// openFile opens a snapshot file for reading. A missing file is INPUT_001;
+// anything but a regular file (a symbolic link to one is followed) is
+// INT_003 and is not opened.
+//
+// NB: a FIFO's open blocks until a writer comes, with no context to end
+// it, and a directory reads as an I/O error: List, and with it verify,
+// snapshot list and compaction, hung on a FIFO named x.snap.
+func openFile(fs vfs.FS, path string) (vfs.File, error) {
+	st, err := fs.Stat(path)
+	switch {
+	case err == nil && !st.Mode().IsRegular():
+		return nil, corrupt(path, 0, "not a regular file (%s)", st.Mode().Type())
+	case err != nil && isNotExist(err):
+		return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
+	case err != nil:
+		return nil, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: stat", path).At("", 0, path, 0)
+	}
+	f, err := fs.Open(path)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
+		}
+		return nil, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: open", path).At("", 0, path, 0)
+	}
+	return f, nil
+}
+
 // ReadInfo reads a snapshot's header and footer — not its body — and checks
 // their checksums and the file's size. It is what List does per file; the
 // result is not Verified.
 func ReadInfo(fs vfs.FS, path string) (Info, error) {
-	f, err := fs.Open(path)
+	f, err := openFile(fs, path)
 	if err != nil {
-		if isNotExist(err) {
-			return Info{}, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
-		}
-		return Info{}, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: open", path).At("", 0, path, 0)
+		return Info{}, err
 	}
 	defer f.Close()
 	s, err := readMeta(f, fs.PathBase(path), path)
@@ -157,6 +178,11 @@ func List(fs vfs.FS, dir string) ([]Info, error) {
 		}
 		path := fs.PathJoin(dir, n)
 		info, err := ReadInfo(fs, path)
+		if err != nil && errs.CodeOf(err) == errs.CodeInvalidInput {
+			// Listed, yet not there: a dangling symbolic link (or a file
+			// removed since), which is no snapshot either.
+			err = corrupt(path, 0, "listed in %s but does not open: a dangling symbolic link, or removed since", dir)
+		}
 		if err != nil {
 			info = Info{Name: n, Path: path, Err: err}
 			if t, ok := parseFileName(n); ok {
