@@ -87,18 +87,26 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 	if err != nil {
 		return plan, err
 	}
+	// NB: the lock is held from here through the open that rebuilds: until
+	// this review it was let go in between, and another process's Open
+	// could take the database with no index, rebuild it its own way and
+	// leave this rebuild to fail with STATE_001 after it had dropped the
+	// index.
 	err = fs.RemoveAll(fs.PathJoin(dir, IndexDir))
 	if err == nil {
 		// The index a corruption marker named is gone: this rebuild is
 		// what the marker asked the next Open for.
 		err = clearIndexCorrupt(fs, dir)
 	}
-	_ = lock.Close()
+	if err == nil && rebuildIndexRemoved != nil {
+		rebuildIndexRemoved()
+	}
 	if err != nil {
+		_ = lock.Close()
 		return plan, errs.Wrap(errs.CodeWriteFailed, err, "remove the old index")
 	}
-	opts.rebuildFromSnapshot = ro.FromSnapshot
-	db, err := Open(dir, opts)
+	o.rebuildFromSnapshot = ro.FromSnapshot
+	db, err := openLocked(dir, o, lock) // closes the lock when it fails
 	if err != nil {
 		return plan, err
 	}
@@ -106,6 +114,10 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 	plan.Applied = true
 	return plan, db.Close()
 }
+
+// rebuildIndexRemoved, set by tests only, runs when RebuildIndexWith has
+// removed the index, before it opens the database.
+var rebuildIndexRemoved func()
 
 func countSegments(fs vfs.FS, dir string, plan *RebuildPlan) error {
 	root := fs.PathJoin(dir, "anchors")

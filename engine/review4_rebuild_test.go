@@ -249,3 +249,41 @@ func TestReview4SnapshotOrderIsTheFrontiers(t *testing.T) {
 	defer db.Close()
 	checkState(t, db, want)
 }
+
+// TestReview4RebuildHoldsTheLockThroughout: RebuildIndexWith let the
+// database's lock go between removing the index and the Open that rebuilds
+// it, so another process could open the database then (and rebuild the
+// index its own way), and this rebuild failed with STATE_001 after it had
+// dropped the index. The lock is held from before the removal through the
+// rebuild now.
+func TestReview4RebuildHoldsTheLockThroughout(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, want := compactFixture(t, fs)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var lockErr error
+	tried := false
+	rebuildIndexRemoved = func() {
+		tried = true
+		var other *DB
+		if other, lockErr = Open("db", fixtureOptions(fs)); lockErr == nil {
+			_ = other.Close()
+		}
+	}
+	defer func() { rebuildIndexRemoved = nil }()
+	plan, err := RebuildIndexWith(ctx, "db", fixtureOptions(fs), RebuildOptions{Apply: true})
+	if err != nil || !plan.Applied || !plan.Report.Rebuilt {
+		t.Fatalf("rebuild: %+v %v", plan, err)
+	}
+	if !tried {
+		t.Fatal("the hook did not run")
+	}
+	if errs.CodeOf(lockErr) != errs.CodeScopeLocked {
+		t.Fatalf("an Open between the index's removal and its rebuild: %v; want STATE_001", lockErr)
+	}
+	db = mustOpen(t, fs, fixtureOptions(fs))
+	defer db.Close()
+	checkState(t, db, want)
+}
