@@ -493,6 +493,23 @@ func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now t
 			leftovers = append(leftovers, s)
 			continue
 		}
+		// NB: a well-formed snapshot whose frontier is not the log's (of
+		// another database, or made up) is none of this database's.
+		// Counted, it stood as the newest (its frontier covers the most):
+		// keep_snapshots deleted the database's own, and nothing counted
+		// as unsnapshotted, so no snapshot was taken again. Left out like
+		// an unreadable one, for verify to report.
+		if s.Err == nil {
+			match, err := db.frontierMatchesLog(s.Frontier)
+			if err != nil {
+				return in, nil, err
+			}
+			if !match {
+				e := errs.New(errs.CodeSnapshotCorrupted, "its frontier names heads the log does not have: it is not a snapshot of this database")
+				e.File = s.Path
+				s.Err = e
+			}
+		}
 		in.Snapshots = append(in.Snapshots, s)
 	}
 	var anchors []AnchorInfo

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,4 +287,62 @@ func TestReview4RebuildHoldsTheLockThroughout(t *testing.T) {
 	db = mustOpen(t, fs, fixtureOptions(fs))
 	defer db.Close()
 	checkState(t, db, want)
+}
+
+// TestReview4CompactionIgnoresASnapshotOfAnotherLog: the planner counted
+// every snapshot whose file checked. A well-formed snapshot whose frontier
+// is not the log's (another database's, or one made up) then stood as the
+// newest: keep_snapshots deleted the database's own snapshots, and no
+// record counted as unsnapshotted, so none was taken again. It is left out
+// of the plan now, with a note, like a snapshot that cannot be read.
+func TestReview4CompactionIgnoresASnapshotOfAnotherLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	own := *res.Created
+	far := snapshot.Frontier{}
+	for id, h := range own.Frontier {
+		far[id] = snapshot.Head{Seq: h.Seq + 1000, Hash: h.Hash}
+	}
+	foreign, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: far}, func(func(snapshot.Entry, error) bool) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a0", 5, "more")
+	res, err = db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created == nil {
+		t.Fatalf("records since the database's own snapshot, yet none was taken: %+v", res.Plan)
+	}
+	for _, a := range res.Plan.Actions {
+		if a.Kind == snapshot.ActionDeleteSnapshot && a.Snapshot == foreign.Name {
+			t.Fatalf("the plan deletes the foreign snapshot, which is not the database's: %+v", a)
+		}
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, s := range list {
+		names[s.Name] = true
+	}
+	if !names[res.Created.Name] {
+		t.Fatalf("the snapshot just taken is gone: %v", names)
+	}
+	noted := false
+	for _, n := range res.Plan.Notes {
+		noted = noted || strings.Contains(n, foreign.Name)
+	}
+	if !noted {
+		t.Fatalf("no note names %s: %q", foreign.Name, res.Plan.Notes)
+	}
 }

@@ -124,7 +124,8 @@ type Plan struct {
 //     snapshot's frontier seq for that anchor (that is, below the oldest kept
 //     snapshot's frontier), lowest segment first.
 //
-// A snapshot is usable when it was read without error and — when the policy
+// A snapshot is usable when it was read without error (the caller sets Err
+// on one it finds is not of its log, too) and — when the policy
 // says verify_before_delete — verified. Snapshots that are not usable are
 // neither counted nor deleted; a note names them. Inconsistent segments (a
 // gap or overlap between an anchor's sealed segments) are INT_002, a kept
@@ -149,7 +150,7 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 	for _, s := range snaps {
 		switch {
 		case s.Err != nil:
-			note("snapshot %s is unreadable and left alone: %v", s.Name, s.Err)
+			note("snapshot %s cannot be used and is left alone: %v", s.Name, s.Err)
 		case p.VerifyBeforeDelete && !s.Verified:
 			note("snapshot %s is not verified; verify_before_delete leaves it out of the plan", s.Name)
 		default:
