@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -344,5 +346,69 @@ func TestReview4CompactionIgnoresASnapshotOfAnotherLog(t *testing.T) {
 	}
 	if !noted {
 		t.Fatalf("no note names %s: %q", foreign.Name, res.Plan.Notes)
+	}
+}
+
+// halfRemoveFS fails RemoveAll of a directory named like the index after
+// removing half of its entries: what a crash in the middle of a removal
+// leaves.
+type halfRemoveFS struct {
+	vfs.FS
+	fired bool
+}
+
+func (f *halfRemoveFS) RemoveAll(path string) error {
+	if f.fired || !strings.Contains(f.PathBase(path), IndexDir) {
+		return f.FS.RemoveAll(path)
+	}
+	f.fired = true
+	names, err := f.List(path)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, n := range names[:len(names)/2] {
+		_ = f.FS.RemoveAll(f.PathJoin(path, n))
+	}
+	return errors.New("injected: the removal stopped half way")
+}
+
+// TestReview4RebuildInterruptedWhileDroppingTheIndex: rebuild-index
+// removes the index in place, file by file. Stopped part way (a crash, a
+// failed unlink) it leaves a Pebble directory whose MANIFEST names tables
+// that are gone. Not a bug: the next Open finds the index unreadable, moves
+// it to lost+found and rebuilds it (index_unreadable); this keeps it so.
+func TestReview4RebuildInterruptedWhileDroppingTheIndex(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	db, want := compactFixture(t, mem)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := mem.List("db/" + IndexDir); len(names) < 2 {
+		t.Fatalf("the fixture's index holds %v", names)
+	}
+	fs := &halfRemoveFS{FS: mem}
+	_, rerr := RebuildIndexWith(ctx, "db", fixtureOptions(fs), RebuildOptions{Apply: true})
+	if !fs.fired {
+		t.Fatal("the removal was not interrupted")
+	}
+	if errs.CodeOf(rerr) != errs.CodeWriteFailed {
+		t.Fatalf("rebuild stopped while it removed the index: %v; want IO_001", rerr)
+	}
+	db, err := Open("db", fixtureOptions(mem))
+	if err != nil {
+		t.Fatalf("open after a rebuild stopped while it dropped the index: %v", err)
+	}
+	if !db.RecoveryReport().Rebuilt {
+		t.Fatalf("the half-removed index was not rebuilt: %+v", db.RecoveryReport())
+	}
+	defer db.Close()
+	checkState(t, db, want)
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
+	}
+	if left, _ := mem.List("db/tmp"); len(left) > 0 {
+		t.Fatalf("%v left in db/tmp", left)
 	}
 }
