@@ -412,3 +412,25 @@ func TestReview4RebuildInterruptedWhileDroppingTheIndex(t *testing.T) {
 		t.Fatalf("%v left in db/tmp", left)
 	}
 }
+
+// TestReview4RebuildRefusedWhileOpen: a rebuild of a database open for
+// writing elsewhere is STATE_001, and removes nothing.
+func TestReview4RebuildRefusedWhileOpen(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, want := compactFixture(t, fs)
+	defer db.Close()
+	before, err := fs.List("db/" + IndexDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = RebuildIndexWith(ctx, "db", fixtureOptions(fs), RebuildOptions{Apply: true, FromSnapshot: true})
+	if errs.CodeOf(err) != errs.CodeScopeLocked {
+		t.Fatalf("rebuild of an open database: %v; want STATE_001", err)
+	}
+	after, err := fs.List("db/" + IndexDir)
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("the index holds %d files before the refused rebuild, %d after (%v)", len(before), len(after), err)
+	}
+	checkState(t, db, want)
+}
