@@ -584,10 +584,24 @@ func (db *DB) snapshotsFor(ctx context.Context, verify bool) ([]snapshot.Info, e
 // and returns every anchor's head on the way.
 func (db *DB) unsnapshotted(ctx context.Context, snaps []snapshot.Info) (snapshot.Stats, []AnchorInfo, error) {
 	var st snapshot.Stats
-	var newest *snapshot.Info
+	// The newest of this log's: one whose frontier is not the log's would
+	// make every record look covered (stats, the planner's triggers).
+	order := make([]int, 0, len(snaps))
 	for i := range snaps {
-		if snaps[i].Err == nil && (newest == nil || snapshot.Compare(snaps[i], *newest) > 0) {
+		if snaps[i].Err == nil {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return snapshot.Compare(snaps[b], snaps[a]) })
+	var newest *snapshot.Info
+	for _, i := range order {
+		match, err := db.frontierMatchesLog(snaps[i].Frontier)
+		if err != nil {
+			return st, nil, err
+		}
+		if match {
 			newest = &snaps[i]
+			break
 		}
 	}
 	var anchors []AnchorInfo

@@ -434,3 +434,31 @@ func TestReview4RebuildRefusedWhileOpen(t *testing.T) {
 	}
 	checkState(t, db, want)
 }
+
+// TestReview4StatsIgnoreASnapshotOfAnotherLog: Stats measured the records
+// not yet in a snapshot from the newest readable snapshot, whatever its
+// frontier: one of another history with larger seqs made every record
+// look covered.
+func TestReview4StatsIgnoreASnapshotOfAnotherLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	far := snapshot.Frontier{}
+	for info, err := range db.Anchors(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		far[info.ID] = snapshot.Head{Seq: info.Records + 1000, Hash: info.HeadHash}
+	}
+	if _, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: far}, func(func(snapshot.Entry, error) bool) {}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := db.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RecordsUnsnapshotted != 400 {
+		t.Fatalf("records not in a snapshot: %d; want all 400 (the only snapshot is not of this log)", st.RecordsUnsnapshotted)
+	}
+}
