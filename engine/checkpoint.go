@@ -242,6 +242,22 @@ func (db *DB) Checkpoints(ctx context.Context) ([]StoredCheckpoint, error) {
 			return nil, err
 		}
 		s := StoredCheckpoint{Name: name, Path: fs.PathJoin(dir, name)}
+		// NB: looked at before it is opened: the open of a FIFO blocks
+		// with no context, and a directory read fails as I/O (IO_001, so
+		// verify stopped, exit 2). Like a file that is not a signed note,
+		// such an entry is listed with Err: a finding.
+		if st, err := fs.Stat(s.Path); err != nil || !st.Mode().IsRegular() {
+			if err != nil && !oserrorIsNotExist(err) {
+				return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.Path)
+			}
+			what := "a dangling symbolic link (or removed since it was listed)"
+			if err == nil {
+				what = "not a regular file (" + st.Mode().Type().String() + ")"
+			}
+			s.Err = errs.New(errs.CodeInvalidInput, "%s is %s", name, what)
+			out = append(out, s)
+			continue
+		}
 		if s.Note, err = readWholeFile(fs, s.Path); err != nil {
 			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.Path)
 		}

@@ -438,6 +438,13 @@ func (db *DB) auditedSnapshotLog() (created map[string]snapshot.AuditItem, remov
 	if err != nil {
 		return nil, nil, err
 	}
+	return db.auditedSnapshotsUpTo(head)
+}
+
+// auditedSnapshotsUpTo is auditedSnapshotLog reading the audit log's lines
+// up to head (every line, for math.MaxUint64). A line that fails its check
+// or does not link is returned as the error (INT_002).
+func (db *DB) auditedSnapshotsUpTo(head uint64) (created map[string]snapshot.AuditItem, removed map[string]segment.Hash, err error) {
 	created, removed = map[string]snapshot.AuditItem{}, map[string]segment.Hash{}
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {
@@ -485,6 +492,23 @@ func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now t
 		if h, ok := removed[s.Name]; ok && s.Err == nil && h == s.FileHash {
 			leftovers = append(leftovers, s)
 			continue
+		}
+		// NB: a well-formed snapshot whose frontier is not the log's (of
+		// another database, or made up) is none of this database's.
+		// Counted, it stood as the newest (its frontier covers the most):
+		// keep_snapshots deleted the database's own, and nothing counted
+		// as unsnapshotted, so no snapshot was taken again. Left out like
+		// an unreadable one, for verify to report.
+		if s.Err == nil {
+			match, err := db.frontierMatchesLog(s.Frontier)
+			if err != nil {
+				return in, nil, err
+			}
+			if !match {
+				e := errs.New(errs.CodeSnapshotCorrupted, "its frontier names heads the log does not have: it is not a snapshot of this database")
+				e.File = s.Path
+				s.Err = e
+			}
 		}
 		in.Snapshots = append(in.Snapshots, s)
 	}
@@ -560,10 +584,24 @@ func (db *DB) snapshotsFor(ctx context.Context, verify bool) ([]snapshot.Info, e
 // and returns every anchor's head on the way.
 func (db *DB) unsnapshotted(ctx context.Context, snaps []snapshot.Info) (snapshot.Stats, []AnchorInfo, error) {
 	var st snapshot.Stats
-	var newest *snapshot.Info
+	// The newest of this log's: one whose frontier is not the log's would
+	// make every record look covered (stats, the planner's triggers).
+	order := make([]int, 0, len(snaps))
 	for i := range snaps {
-		if snaps[i].Err == nil && (newest == nil || snaps[i].Created.After(newest.Created)) {
+		if snaps[i].Err == nil {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return snapshot.Compare(snaps[b], snaps[a]) })
+	var newest *snapshot.Info
+	for _, i := range order {
+		match, err := db.frontierMatchesLog(snaps[i].Frontier)
+		if err != nil {
+			return st, nil, err
+		}
+		if match {
 			newest = &snaps[i]
+			break
 		}
 	}
 	var anchors []AnchorInfo

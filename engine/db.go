@@ -177,6 +177,18 @@ func Open(dir string, opts Options) (*DB, error) {
 	if names, err := fs.List(dir); err == nil && len(names) == 1 && names[0] == lockFileName {
 		created = &creation{dirs: made, lock: lockErr != nil}
 	}
+	db, err := openLocked(dir, opts, lock)
+	if err != nil {
+		return nil, err
+	}
+	db.created = created
+	return db, nil
+}
+
+// openLocked is Open under the write lock the caller took, which the
+// database then holds (closed with it, or here when the open fails). opts
+// have their defaults.
+func openLocked(dir string, opts Options, lock io.Closer) (*DB, error) {
 	db, retry, err := openOnce(dir, opts, lock, nil)
 	if retry != nil {
 		// The first try moved an unreadable index aside: rebuild it,
@@ -187,7 +199,6 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	db.created = created
 	return db, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -61,7 +62,7 @@ type rebuildAnchor struct {
 }
 
 // rebuildFromSnapshot builds the index of an empty Pebble from the newest
-// snapshot that verifies and the segments. It returns errFastPathAbandoned
+// snapshot that the audit log records and that verifies, and the segments. It returns errFastPathAbandoned
 // (with the reason in an event) when the full replay must do the work.
 func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	abandon := func(format string, args ...any) error {
@@ -72,24 +73,56 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The newest snapshot whose file checks; its entries are checked against
-	// its state hash while they are written (a failure there abandons the
-	// fast path before anything is ingested).
+	// NB: the state is taken from the snapshot as it stands, and its
+	// hashes are unkeyed: anyone who can write snapshots/ can make a
+	// well-formed one with the log's frontier and other values. Only a
+	// snapshot the audit log records as created, with its file and state
+	// hashes, is the database's (see rebuildVouchers for what that trusts
+	// with the index gone).
+	vouched, unvouched, err := db.rebuildVouchers()
+	if err != nil {
+		return err
+	}
+	skip := func(path string, err *errs.Error) {
+		db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: path, Err: err})
+	}
+	notVouched := func(s snapshot.Info) *errs.Error {
+		why := "the audit log records no snapshot of that name with its file and state hashes"
+		if unvouched != "" {
+			why = "the audit log vouches for no snapshot: " + unvouched
+		}
+		e := errs.New(errs.CodeDependencyMissing, "snapshot %s is not taken as the state at its frontier: %s", s.Name, why)
+		e.File = s.Path
+		return e
+	}
+	// The newest snapshot the audit log vouches for whose file checks; its
+	// entries are checked against its state hash while they are written (a
+	// failure there abandons the fast path before anything is ingested).
 	var snap *snapshot.Snapshot
 	for i := len(list) - 1; i >= 0 && snap == nil; i-- {
 		if list[i].Err != nil {
-			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: list[i].Path, Err: asErr(list[i].Err)})
+			skip(list[i].Path, asErr(list[i].Err))
+			continue
+		}
+		if !vouches(vouched, list[i]) {
+			skip(list[i].Path, notVouched(list[i]))
 			continue
 		}
 		s, err := snapshot.Open(db.fs, list[i].Path)
 		if err != nil {
-			db.event(RecoveryEvent{Kind: EventSnapshotSkipped, File: list[i].Path, Err: asErr(err)})
+			skip(list[i].Path, asErr(err))
+			continue
+		}
+		// Open checked every byte against the file hash it read.
+		if !vouches(vouched, s.Info()) {
+			_ = s.Close()
+			skip(list[i].Path, notVouched(s.Info()))
 			continue
 		}
 		snap = s
 	}
 	if snap == nil {
-		return abandon("no snapshot verifies")
+		return abandon("no snapshot the audit log records verifies")
 	}
 	defer snap.Close()
 	info := snap.Info()
@@ -365,6 +398,30 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	db.clock.Store(clock)
 	db.event(RecoveryEvent{Kind: EventStateFromSnapshot, File: info.Path, Records: records})
 	return db.flushIndex()
+}
+
+// rebuildVouchers returns the snapshots the audit log records as created
+// and not removed since, by name, with their file and state hashes. A log
+// whose chain does not verify vouches for nothing (nil, and why); an I/O
+// failure is returned.
+//
+// NB: a rebuild has no index, so no recorded head of the audit log
+// (metaAudit) to tell the database's own lines from ones appended after
+// them: every line of the log as it stands counts, as it does for the head
+// the rebuilt index adopts (adoptAuditHead). The chain is unkeyed, so
+// someone who can append a well-formed line can still vouch for a forged
+// snapshot; what this refuses is a file merely dropped into snapshots/, or
+// one rewritten after it was recorded. verify, which replays every
+// snapshot the log still can, finds the rest.
+func (db *DB) rebuildVouchers() (map[string]snapshot.AuditItem, string, error) {
+	created, _, err := db.auditedSnapshotsUpTo(math.MaxUint64)
+	if err != nil {
+		if errs.CodeOf(err).IsIntegrity() {
+			return nil, errs.Message(err), nil
+		}
+		return nil, "", err
+	}
+	return created, "", nil
 }
 
 // rebuiltAnchor is one anchor's rows, sorted within each table, and its head.

@@ -21,7 +21,8 @@ const (
 	// EventStateFromSnapshot: a rebuild from a snapshot took the state at
 	// its frontier from the named snapshot.
 	EventStateFromSnapshot = "state_from_snapshot"
-	// EventSnapshotSkipped: a snapshot failed to verify and was not used.
+	// EventSnapshotSkipped: a snapshot failed to verify (INT_003), or the
+	// audit log does not vouch for it (STATE_003), and was not used.
 	EventSnapshotSkipped = "snapshot_skipped"
 	// EventFastRebuildAbandoned: a rebuild from a snapshot met something only
 	// a full replay handles, and fell back to it.
@@ -58,8 +59,9 @@ func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (Re
 type RebuildOptions struct {
 	// Apply rebuilds; without it the rebuild is only planned.
 	Apply bool
-	// FromSnapshot starts from the newest snapshot that verifies: the state
-	// at its frontier comes from it and the records up to it are indexed
+	// FromSnapshot starts from the newest snapshot that the audit log
+	// records as created (name, file and state hash) and that verifies:
+	// the state at its frontier comes from it and the records up to it are indexed
 	// without recomputing their hashes (see fastrebuild.go). Much faster on
 	// a large log; history before the snapshot is not rebuilt. Anything
 	// unusual on disk falls back to a full replay.
@@ -85,18 +87,26 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 	if err != nil {
 		return plan, err
 	}
+	// NB: the lock is held from here through the open that rebuilds: until
+	// this review it was let go in between, and another process's Open
+	// could take the database with no index, rebuild it its own way and
+	// leave this rebuild to fail with STATE_001 after it had dropped the
+	// index.
 	err = fs.RemoveAll(fs.PathJoin(dir, IndexDir))
 	if err == nil {
 		// The index a corruption marker named is gone: this rebuild is
 		// what the marker asked the next Open for.
 		err = clearIndexCorrupt(fs, dir)
 	}
-	_ = lock.Close()
+	if err == nil && rebuildIndexRemoved != nil {
+		rebuildIndexRemoved()
+	}
 	if err != nil {
+		_ = lock.Close()
 		return plan, errs.Wrap(errs.CodeWriteFailed, err, "remove the old index")
 	}
-	opts.rebuildFromSnapshot = ro.FromSnapshot
-	db, err := Open(dir, opts)
+	o.rebuildFromSnapshot = ro.FromSnapshot
+	db, err := openLocked(dir, o, lock) // closes the lock when it fails
 	if err != nil {
 		return plan, err
 	}
@@ -104,6 +114,10 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 	plan.Applied = true
 	return plan, db.Close()
 }
+
+// rebuildIndexRemoved, set by tests only, runs when RebuildIndexWith has
+// removed the index, before it opens the database.
+var rebuildIndexRemoved func()
 
 func countSegments(fs vfs.FS, dir string, plan *RebuildPlan) error {
 	root := fs.PathJoin(dir, "anchors")

@@ -67,7 +67,9 @@
 //
 // A snapshot is named "snapshot-<created, 20-digit Unix ns>-<first 8 bytes of
 // the file hash in hex>.snap" inside the directory given to Create (the
-// engine uses <db>/snapshots, DirName). Names sort by creation time. Create
+// engine uses <db>/snapshots, DirName). Names sort by creation time, which is
+// the clock's: List and the planner order snapshots by the records their
+// frontiers cover instead (Compare), as a clock can go back. Create
 // writes "snapshot-<created>-<random>.snap.tmp", fsyncs it, renames it to its
 // final name and fsyncs the directory, so a crash leaves either no snapshot
 // or a whole one under the final name; CleanTemp removes leftover .tmp files.

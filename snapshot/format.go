@@ -68,6 +68,16 @@ func (f Frontier) Seqs() map[string]uint64 {
 	return out
 }
 
+// Records returns how many records the frontier covers: the sum of its
+// seqs.
+func (f Frontier) Records() uint64 {
+	var n uint64
+	for _, h := range f {
+		n += h.Seq
+	}
+	return n
+}
+
 // Validate checks anchor ids and that every seq is at least 1.
 func (f Frontier) Validate() error {
 	for a, h := range f {

@@ -115,7 +115,8 @@ type Plan struct {
 //  1. create_snapshot, if a trigger fired (records, bytes or time since the
 //     newest snapshot, with at least one record not yet covered);
 //  2. delete_snapshot for usable snapshots beyond keep_snapshots, oldest
-//     first. A planned new snapshot counts toward keep_snapshots, but the
+//     first (Compare: by the records their frontiers cover, not by the
+//     creation time a clock that went back gets wrong). A planned new snapshot counts toward keep_snapshots, but the
 //     newest existing usable snapshot is never deleted in the same plan: it
 //     stays until the new one is there to replace it;
 //  3. with raw_log "truncate", record_cut per anchor, then remove_segment for
@@ -123,7 +124,8 @@ type Plan struct {
 //     snapshot's frontier seq for that anchor (that is, below the oldest kept
 //     snapshot's frontier), lowest segment first.
 //
-// A snapshot is usable when it was read without error and — when the policy
+// A snapshot is usable when it was read without error (the caller sets Err
+// on one it finds is not of its log, too) and — when the policy
 // says verify_before_delete — verified. Snapshots that are not usable are
 // neither counted nor deleted; a note names them. Inconsistent segments (a
 // gap or overlap between an anchor's sealed segments) are INT_002, a kept
@@ -141,17 +143,14 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 	note := func(format string, args ...any) { plan.Notes = append(plan.Notes, fmt.Sprintf(format, args...)) }
 
 	snaps := slices.Clone(in.Snapshots)
-	slices.SortFunc(snaps, func(a, b Info) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	// Oldest first by frontier, not by creation time: after the clock went
+	// back that would keep an older state and delete the newest.
+	slices.SortFunc(snaps, Compare)
 	var usable []Info
 	for _, s := range snaps {
 		switch {
 		case s.Err != nil:
-			note("snapshot %s is unreadable and left alone: %v", s.Name, s.Err)
+			note("snapshot %s cannot be used and is left alone: %v", s.Name, s.Err)
 		case p.VerifyBeforeDelete && !s.Verified:
 			note("snapshot %s is not verified; verify_before_delete leaves it out of the plan", s.Name)
 		default:

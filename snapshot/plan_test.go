@@ -265,3 +265,32 @@ func TestPlanRendering(t *testing.T) {
 		t.Errorf("empty plan renders as %q", empty.String())
 	}
 }
+
+// TestPlanKeepsTheNewestFrontierWhenTheClockWentBack: the planner ordered
+// snapshots by creation time, so after the clock went back it kept the
+// snapshot of the older frontier and deleted the newest state. It orders
+// them by the records their frontiers cover now.
+func TestPlanKeepsTheNewestFrontierWhenTheClockWentBack(t *testing.T) {
+	older := snap("older", time.Hour, map[string]uint64{"a": 10, "b": 5})
+	newer := snap("newer", 2*time.Hour, map[string]uint64{"a": 20, "b": 5}) // the clock went back
+	p := policy(func(p *Policy) { p.KeepSnapshots = 1; p.RawLog = RawLogTruncate })
+	plan, err := PlanCompaction(PlanInput{Policy: p, Now: planNow, Snapshots: []Info{newer, older},
+		Segments: []SealedSegment{seg("a", 1, 1, 10), seg("a", 2, 11, 20)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := describeActions(plan)
+	if want := []string{"delete older", "cut a 20", "remove a 1", "remove a 2"}; !slices.Equal(got, want) {
+		t.Fatalf("actions %v, want %v", got, want)
+	}
+	if !slices.Equal(plan.Keep, []string{"newer"}) {
+		t.Fatalf("keep %v, want [newer]", plan.Keep)
+	}
+	// List's order is the planner's: a file it cannot read first.
+	bad := Info{Name: "bad", Created: planNow, Err: errs.New(errs.CodeSnapshotCorrupted, "unreadable")}
+	list := []Info{newer, bad, older}
+	slices.SortFunc(list, Compare)
+	if list[0].Name != "bad" || list[1].Name != "older" || list[2].Name != "newer" {
+		t.Fatalf("Compare orders %s, %s, %s", list[0].Name, list[1].Name, list[2].Name)
+	}
+}

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -80,12 +81,9 @@ type Snapshot struct {
 // truncation or read failure is INT_003 (*errs.Error with File = path); a
 // missing file is INPUT_001.
 func Open(fs vfs.FS, path string) (*Snapshot, error) {
-	f, err := fs.Open(path)
+	f, err := openFile(fs, path)
 	if err != nil {
-		if isNotExist(err) {
-			return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
-		}
-		return nil, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: open", path).At("", 0, path, 0)
+		return nil, err
 	}
 	s, err := readMeta(f, fs.PathBase(path), path)
 	if err == nil {
@@ -98,16 +96,40 @@ func Open(fs vfs.FS, path string) (*Snapshot, error) {
 	return s, nil
 }
 
+// openFile opens a snapshot file for reading. A missing file is INPUT_001;
+// anything but a regular file (a symbolic link to one is followed) is
+// INT_003 and is not opened.
+//
+// NB: a FIFO's open blocks until a writer comes, with no context to end
+// it, and a directory reads as an I/O error: List, and with it verify,
+// snapshot list and compaction, hung on a FIFO named x.snap.
+func openFile(fs vfs.FS, path string) (vfs.File, error) {
+	st, err := fs.Stat(path)
+	switch {
+	case err == nil && !st.Mode().IsRegular():
+		return nil, corrupt(path, 0, "not a regular file (%s)", st.Mode().Type())
+	case err != nil && isNotExist(err):
+		return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
+	case err != nil:
+		return nil, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: stat", path).At("", 0, path, 0)
+	}
+	f, err := fs.Open(path)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
+		}
+		return nil, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: open", path).At("", 0, path, 0)
+	}
+	return f, nil
+}
+
 // ReadInfo reads a snapshot's header and footer — not its body — and checks
 // their checksums and the file's size. It is what List does per file; the
 // result is not Verified.
 func ReadInfo(fs vfs.FS, path string) (Info, error) {
-	f, err := fs.Open(path)
+	f, err := openFile(fs, path)
 	if err != nil {
-		if isNotExist(err) {
-			return Info{}, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
-		}
-		return Info{}, errs.Wrap(errs.CodeSnapshotCorrupted, err, "snapshot %s: open", path).At("", 0, path, 0)
+		return Info{}, err
 	}
 	defer f.Close()
 	s, err := readMeta(f, fs.PathBase(path), path)
@@ -136,8 +158,9 @@ func Verify(fs vfs.FS, path string) (Info, error) {
 	return info, nil
 }
 
-// List returns the snapshots in dir (files named *.snap), oldest first by
-// creation time, then name. It reads each file's header and footer only (see
+// List returns the snapshots in dir (files named *.snap), oldest first
+// (Compare: by the records their frontiers cover, then creation time and
+// name). It reads each file's header and footer only (see
 // ReadInfo); a file it cannot read is listed with Err set, not dropped. A
 // missing dir is an empty list. Temp files of unfinished Creates are skipped.
 func List(fs vfs.FS, dir string) ([]Info, error) {
@@ -155,6 +178,11 @@ func List(fs vfs.FS, dir string) ([]Info, error) {
 		}
 		path := fs.PathJoin(dir, n)
 		info, err := ReadInfo(fs, path)
+		if err != nil && errs.CodeOf(err) == errs.CodeInvalidInput {
+			// Listed, yet not there: a dangling symbolic link (or a file
+			// removed since), which is no snapshot either.
+			err = corrupt(path, 0, "listed in %s but does not open: a dangling symbolic link, or removed since", dir)
+		}
 		if err != nil {
 			info = Info{Name: n, Path: path, Err: err}
 			if t, ok := parseFileName(n); ok {
@@ -163,13 +191,37 @@ func List(fs vfs.FS, dir string) ([]Info, error) {
 		}
 		out = append(out, info)
 	}
-	slices.SortFunc(out, func(a, b Info) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Name, b.Name)
-	})
+	slices.SortFunc(out, Compare)
 	return out, nil
+}
+
+// Compare orders snapshots oldest first, for List and the planner: by the
+// records their frontiers cover, then by creation time, then by name. A
+// file that could not be read (Err set) has no frontier and sorts before
+// every readable one.
+//
+// NB: not by creation time first. The time is the clock's at Create, and a
+// clock that went back dates a later snapshot before earlier ones; the
+// frontier of one log only grows (every anchor's seq), so a later snapshot
+// of it covers more records than any earlier one.
+func Compare(a, b Info) int {
+	if c := cmp.Compare(boolRank(a.Err == nil), boolRank(b.Err == nil)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Frontier.Records(), b.Frontier.Records()); c != 0 {
+		return c
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // readMeta reads and checks header and footer.

@@ -15,12 +15,13 @@ var rebuildIndexCmd = &command{
 	detail: `The index is a projection of the anchor logs. Without --apply this counts what a rebuild
 would read — anchors, segment files and their bytes, and the stubs compaction left for
 truncated segments — and changes nothing. With --apply it takes the database's lock,
-removes the index and rebuilds it from every segment (the state below a compaction's cut
-comes from the newest snapshot that covers it and verifies), then prints the recovery
-report. The database must not be open elsewhere (STATE_001).
+removes the index and rebuilds it from every segment (below a compaction's cut, from the
+stubs it left), then prints the recovery report. The database must not be open elsewhere
+(STATE_001).
 
---from-snapshot starts from the newest snapshot that verifies: the state at its frontier
-comes from the snapshot and the records up to it are indexed without recomputing their
+--from-snapshot starts from the newest snapshot that verifies and that the audit log
+records as created (same name, file hash and state hash; any other is skipped,
+snapshot_skipped with STATE_003): the state at its frontier comes from the snapshot and the records up to it are indexed without recomputing their
 hashes (links and seals are still checked; run verify for the rest). Much faster on a
 long log; history before the snapshot is not rebuilt. Anything unusual on disk falls back
 to a full replay, and the report says so (fast_rebuild_abandoned).
@@ -32,7 +33,7 @@ rebuild found and did (adopted records, state_from_snapshot, snapshot_skipped, �
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var apply, fromSnapshot bool
 		fs.BoolVar(&apply, "apply", false, "drop and rebuild the index (default: only count what a rebuild would read)")
-		fs.BoolVar(&fromSnapshot, "from-snapshot", false, "start from the newest snapshot that verifies")
+		fs.BoolVar(&fromSnapshot, "from-snapshot", false, "start from the newest snapshot the audit log records that verifies")
 		return func(e *env, _ []string) error {
 			if err := isDatabase(e.g.dir); err != nil {
 				return err
@@ -115,7 +116,7 @@ func printRebuildHuman(e *env, r rebuildJSON) {
 
 func fromText(fromSnapshot bool) string {
 	if fromSnapshot {
-		return "starting at the newest snapshot that verifies, "
+		return "starting at the newest audited snapshot that verifies, "
 	}
 	return ""
 }

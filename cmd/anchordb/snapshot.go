@@ -25,8 +25,9 @@ policy_ref in it) and prints its description:
   {"name","path","format","created","policy_ref","frontier":{"anchor":{"seq","hash"}},
    "entries","raw_size","size","state_hash","file_hash","verified"}
 
-snapshot list prints one such object a line per snapshot, oldest first (without --json a
-table). A file that cannot be read is listed with "error":{"code","reason","message",
+snapshot list prints one such object a line per snapshot, oldest first: by the records its
+frontier covers, then creation time, as a clock can go back (without --json a table). A
+file that cannot be read (or is not a regular file) is listed with "error":{"code","reason","message",
 "file"} and makes the command exit 1.
 
 snapshot verify [NAME|PATH]… checks the named snapshots (a file name in snapshots/, or a
