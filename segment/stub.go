@@ -82,7 +82,9 @@ func (s *Stub) LastSeq() uint64 { return s.FirstSeq + uint64(len(s.Hashes)) - 1 
 // LastHash is the hash of the stub's last record.
 func (s *Stub) LastHash() Hash { return s.Hashes[len(s.Hashes)-1] }
 
-// AppendStub encodes s.
+// AppendStub appends the encoding of s to dst, with its checksum. It does
+// not validate s: the engine builds stubs from a segment it has just read
+// and checked, and ParseStub refuses any that break the rules.
 func AppendStub(dst []byte, s *Stub) []byte {
 	start := len(dst)
 	dst = append(dst, StubMagic[:]...)
