@@ -70,18 +70,33 @@ const MaxCallerCounter = MaxCounter / 2
 // append; past this bound, about 2^62 are still left.
 const MaxIngestCounter = MaxCallerCounter + 1<<48
 
-// Put appends a put of key=value to the anchor's log.
+// Put appends a put of key=value to the anchor's log: Append of an Entry of
+// type "put", with the same contract.
 func (db *DB) Put(ctx context.Context, anchor string, key, value []byte, opts ...WriteOption) (Receipt, error) {
 	return db.Append(ctx, Entry{Anchor: anchor, Type: segment.TypePut, Key: key, Value: value}, opts...)
 }
 
-// Delete appends a delete of key to the anchor's log.
+// Delete appends a delete of key to the anchor's log: Append of an Entry of
+// type "delete" (no value), with the same contract. Deleting a key that has
+// no live value still appends a record.
 func (db *DB) Delete(ctx context.Context, anchor string, key []byte, opts ...WriteOption) (Receipt, error) {
 	return db.Append(ctx, Entry{Anchor: anchor, Type: segment.TypeDelete, Key: key}, opts...)
 }
 
 // Append appends one record and returns its receipt once it is durable (or,
-// with NoSync, once it has reached the OS).
+// with NoSync, once it has reached the OS); a read started after it returns
+// sees it. The engine assigns seq, prev_hash and hash, the time unless
+// e.Time is set, and the counter unless e.Counter is set.
+//
+// Refusals append nothing: INPUT_001 for an entry over a limit or
+// malformed, STATE_002 for a counter not above the anchor's last or an
+// idempotency key used for another request (a *ConflictError), STATE_001
+// while an ingest holds the anchor, CAP_* (a *RefusalError) from admission,
+// and INT_* when the anchor is damaged and read-only. An IO_001 means the
+// engine failed between journaling and acknowledging: the append may or may
+// not be there after a reopen, so retry it with an idempotency key. A retry
+// of a committed idempotency key with the same request returns the original
+// receipt with Duplicate set, without consulting admission.
 func (db *DB) Append(ctx context.Context, e Entry, opts ...WriteOption) (Receipt, error) {
 	rs, err := db.appendEntries(ctx, []Entry{e}, opts)
 	if err != nil {

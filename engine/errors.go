@@ -52,6 +52,8 @@ type ConflictError struct {
 	err       *errs.Error
 }
 
+// Error is the coded message: STATE_002, the key, the original seq and both
+// fingerprint prefixes.
 func (e *ConflictError) Error() string { return e.err.Error() }
 
 // Unwrap exposes the coded *Error so errors.As and CodeOf work.

@@ -62,6 +62,7 @@ type ForkError struct {
 	err      *errs.Error
 }
 
+// Error is the coded message: STATE_002, the anchor and both heads.
 func (e *ForkError) Error() string { return e.err.Error() }
 
 // Unwrap exposes the coded *Error.

@@ -21,7 +21,8 @@ import (
 //	'n' anchor ‖ 0x00 ‖ level(u8) ‖ index(u64)
 //	                                     a stored Merkle node (levels 8, 16, …)
 //	'r' anchor ‖ 0x00 ‖ seq(u64)         the frame of a record whose segment was
-//	                                     truncated, kept because it is a key's newest version
+//	                                     truncated, kept because it is its key's last
+//	                                     version in that segment
 //	's' anchor ‖ 0x00 ‖ seq(u64)         where a record lives, its counter and hash
 //	                                     (size 0: its segment was truncated)
 //

@@ -206,6 +206,9 @@ func (o Options) DurabilityMode() string {
 	return "sync"
 }
 
+// String is the one-line summary a log or a report prints of the options
+// that shape the files (durability, segment size, file cache), not every
+// field.
 func (o Options) String() string {
 	return fmt.Sprintf("durability=%s segment_size=%d file_cache=%d", o.DurabilityMode(), o.SegmentSize, o.FileCacheSize)
 }

@@ -50,7 +50,9 @@ type RebuildPlan struct {
 
 // RebuildIndex drops the index of the (closed) database in dir and rebuilds
 // it from the segments. Without apply it only counts what a rebuild would
-// read. The database's lock is held throughout.
+// read. With apply it takes the database's lock to remove the index (and an
+// INDEX-CORRUPT marker), releases it, and rebuilds through an Open, which
+// takes it again: a database open elsewhere is STATE_001 at the first step.
 func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (RebuildPlan, error) {
 	return RebuildIndexWith(ctx, dir, opts, RebuildOptions{Apply: apply})
 }
@@ -68,7 +70,9 @@ type RebuildOptions struct {
 	FromSnapshot bool
 }
 
-// RebuildIndexWith is RebuildIndex with options.
+// RebuildIndexWith is RebuildIndex with options: ro.FromSnapshot starts the
+// rebuild at the newest snapshot that verifies. The returned plan carries
+// the recovery report of the rebuilding Open.
 func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildOptions) (RebuildPlan, error) {
 	apply := ro.Apply
 	plan := RebuildPlan{Dir: dir}

@@ -80,6 +80,8 @@ const (
 	EventIndexUnreadable = "index_unreadable"
 )
 
+// String is the event as one line of the recovery report: its kind, then
+// anchor=, file= offset=, records= and the other fields that are set.
 func (e RecoveryEvent) String() string {
 	var b strings.Builder
 	b.WriteString(e.Kind)

@@ -35,8 +35,10 @@ import (
 var Magic = [8]byte{'A', 'N', 'C', 'H', 'S', 'E', 'G', '\n'}
 
 const (
-	sealMarker   = 0xFFFFFFFF
-	headerFixed  = 8 + 1 + 1 + 8 + 8 + HashSize + HashSize
+	sealMarker  = 0xFFFFFFFF
+	headerFixed = 8 + 1 + 1 + 8 + 8 + HashSize + HashSize
+	// FooterSize is the size of a seal: a sealed segment ends in exactly
+	// these bytes, so ReadSeal reads them from the end without a scan.
 	FooterSize   = 4 + 8 + 8 + HashSize + HashSize
 	maxFrameBody = 1<<31 - 1
 )
@@ -169,6 +171,7 @@ type FrameError struct {
 	Msg    string
 }
 
+// Error says torn or corrupt, the file offset and what was wrong.
 func (e *FrameError) Error() string {
 	kind := "torn"
 	if e.Kind == Corrupt {

@@ -28,10 +28,12 @@ import (
 //
 //   - Counters: each record's counter, strictly increasing, the last equal
 //     to last counter — the merged order needs them.
-//   - Kept: the whole frames of records that were their key's newest version
-//     when the segment was removed (a put whose value is the state, or a
-//     delete that keeps an older put from coming back). Each must hash to
-//     its seq's entry in hashes, so a stub cannot smuggle in a record.
+//   - Kept: the whole frames of each key's last record in the segment (a
+//     put, or a delete that keeps an older put from coming back), which the
+//     state at any frontier at or above the cut needs. (Stubs written before
+//     stop 18 kept only records that were their key's newest version
+//     overall; they read the same way.) Each must hash to its seq's entry in
+//     hashes, so a stub cannot smuggle in a record.
 //   - Idem: every idempotency key of the removed records — seq u64, counter
 //     u64, fingerprint 32 bytes, key length u16, key — since a key once used
 //     is never freed (SPEC §7). Its seq must be in the stub; the receipt's
@@ -80,7 +82,9 @@ func (s *Stub) LastSeq() uint64 { return s.FirstSeq + uint64(len(s.Hashes)) - 1 
 // LastHash is the hash of the stub's last record.
 func (s *Stub) LastHash() Hash { return s.Hashes[len(s.Hashes)-1] }
 
-// AppendStub encodes s.
+// AppendStub appends the encoding of s to dst, with its checksum. It does
+// not validate s: the engine builds stubs from a segment it has just read
+// and checked, and ParseStub refuses any that break the rules.
 func AppendStub(dst []byte, s *Stub) []byte {
 	start := len(dst)
 	dst = append(dst, StubMagic[:]...)

@@ -33,8 +33,10 @@ const (
 
 	// DirName is the directory under the database root that holds snapshots.
 	DirName = "snapshots"
-	// Ext ends every snapshot file name; TempExt is added while it is written.
-	Ext     = ".snap"
+	// Ext ends every snapshot file name.
+	Ext = ".snap"
+	// TempExt is added to a snapshot's name while it is written; a file
+	// with it is a crash leftover (CleanTemp removes them), never a snapshot.
 	TempExt = ".tmp"
 
 	hashSize        = segment.HashSize
