@@ -50,9 +50,10 @@ type RebuildPlan struct {
 
 // RebuildIndex drops the index of the (closed) database in dir and rebuilds
 // it from the segments. Without apply it only counts what a rebuild would
-// read. With apply it takes the database's lock to remove the index (and an
-// INDEX-CORRUPT marker), releases it, and rebuilds through an Open, which
-// takes it again: a database open elsewhere is STATE_001 at the first step.
+// read. With apply it takes the database's lock, removes the index (and an
+// INDEX-CORRUPT marker) and rebuilds through an Open that keeps that lock
+// throughout: a database open elsewhere is STATE_001 at the first step, and
+// no other process can open it between the removal and the rebuild.
 func RebuildIndex(ctx context.Context, dir string, opts Options, apply bool) (RebuildPlan, error) {
 	return RebuildIndexWith(ctx, dir, opts, RebuildOptions{Apply: apply})
 }
