@@ -1,0 +1,292 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// The audit log (SPEC §6: an append-only record of every applied action):
+// appending a line, the head the index records for it, checking the log
+// against that head, and which snapshots the log vouches for.
+
+// appendAudit appends e to the audit log. The caller holds compactMu.
+//
+// The log must end at the database's own head (auditHead): a line past it
+// is not the database's (the chain has no key), and a new line chained onto
+// it would make it count. Before the line is written, which line it will be
+// is flushed to the index (metaAuditNext), so an unclean stop that loses the
+// head row still leaves the line recognisably the database's.
+func (db *DB) appendAudit(e snapshot.AuditEntry) error {
+	n, _, err := db.auditHead()
+	if err != nil {
+		return err
+	}
+	line, err := snapshot.AppendAfter(db.fs, db.AuditPath(), e, func(next snapshot.AuditEntry) error {
+		// Append read the log's tail: the line to come must follow the
+		// database's own head, not a line somebody else wrote.
+		if next.Seq > n+1 {
+			e := errs.New(errs.CodeChainBroken, "audit log has %d lines past the %d the database wrote; nothing more is appended to it", next.Seq-1-n, n)
+			e.File = db.AuditPath()
+			return e
+		}
+		// Nor may it take the place of a line the database wrote: to the
+		// log alone a damaged last line looks like a torn append, and a
+		// lost one like one never written. Written over, the record of
+		// what an action removed would be gone, and the head recorded
+		// next would hide that from verify.
+		if next.Seq <= n {
+			e := errs.New(errs.CodeChainBroken, "audit log holds %d whole lines of the %d the database wrote: the last ones were lost or damaged; nothing more is appended to it", next.Seq-1, n)
+			e.File = db.AuditPath()
+			return e
+		}
+		if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(next.Seq, next.Hash), pebble.NoSync); err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAuditNext)
+		}
+		return db.flushIndex()
+	})
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	// The head, kept in the index, is what tells a torn last line from an
+	// altered or lost one.
+	return db.index.Set(metaKey(metaAudit), auditHeadRow(line.Seq, line.Hash), pebble.NoSync)
+}
+
+// auditHead returns how many lines of the audit log, and which last one,
+// are the database's own: the head row, or the line an append recorded it
+// was about to write, when the log holds it (an unclean stop can lose the
+// head row after the line was written). A row that cannot be read is an
+// empty head (a legacy or rebuilt index without one).
+func (db *DB) auditHead() (uint64, segment.Hash, error) {
+	var n uint64
+	var h segment.Hash
+	if rec, ok, err := db.metaBytes(metaAudit); err != nil {
+		return 0, h, err
+	} else if ok && len(rec) == 8+segment.HashSize {
+		n, h = be.Uint64(rec), segment.Hash(rec[8:])
+	}
+	rec, ok, err := db.metaBytes(metaAuditNext)
+	if err != nil || !ok || len(rec) != 8+segment.HashSize || be.Uint64(rec) != n+1 {
+		return n, h, err
+	}
+	next := segment.Hash(rec[8:])
+	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
+		if err != nil {
+			return n, h, nil // verify reports the log
+		}
+		if entry.Seq == n+1 {
+			if entry.Hash == next {
+				return n + 1, next, nil
+			}
+			break
+		}
+	}
+	return n, h, nil
+}
+
+// auditHeadRow encodes the maudit row: the audit log's line count and the
+// hash of its last line.
+func auditHeadRow(lines uint64, last segment.Hash) []byte {
+	return append(be.AppendUint64(make([]byte, 0, 8+segment.HashSize), lines), last[:]...)
+}
+
+// adoptAuditHead gives a rebuilt index the audit log's head as the log
+// stands. The head is index data that no segment holds; without it a line
+// lost from the log's end later would go unnoticed. What the log lost before
+// the rebuild cannot be told any more. A log whose chain does not verify is
+// left for verify to report, and gets no head.
+func (db *DB) adoptAuditHead() error {
+	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
+	if err != nil || head.Lines == 0 {
+		return nil
+	}
+	if err := db.index.Set(metaKey(metaAudit), auditHeadRow(head.Lines, head.Head), pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
+	}
+	return nil
+}
+
+// catchUpAuditHead gives an older copy of the index (stale_index) the
+// audit log's head as the log stands, when the log still holds the head
+// the copy recorded: the lines after it are this database's, written after
+// the copy was taken. Without it every later audited action was refused
+// (INT_002, lines past those the database wrote) until rebuild-index. A log
+// that does not hold the copy's head is left as it is, for verify to report.
+func (db *DB) catchUpAuditHead() error {
+	head, err := db.verifyAuditLog()
+	if err != nil {
+		if errs.CodeOf(err) == errs.CodeWriteFailed {
+			return err
+		}
+		return nil
+	}
+	n, _, err := db.auditHead()
+	if err != nil || head.Lines <= n {
+		return err
+	}
+	if err := db.index.Set(metaKey(metaAudit), auditHeadRow(head.Lines, head.Head), pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
+	}
+	return nil
+}
+
+// VerifyAuditLog checks the audit log's hash chain and that it still holds
+// every line the index saw appended: a line lost or altered at the end is
+// INT_002, like one in the middle; an index record of the head that cannot
+// be read is INT_004.
+func (db *DB) VerifyAuditLog(ctx context.Context) (snapshot.AuditHead, error) {
+	// The head row is an index read: Close waits for it, and refuses it
+	// once closing (a read of the closed Pebble panics).
+	if err := db.beginRead(ctx); err != nil {
+		return snapshot.AuditHead{}, err
+	}
+	defer db.endRead()
+	return db.verifyAuditLog()
+}
+
+// verifyAuditLog is VerifyAuditLog for callers in the read gate already
+// (Verify) or before the database serves (Open).
+func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
+	// The count of lines appended first, then the log: an append (under
+	// compactMu, which this does not take) writes its line before it
+	// counts it, and lines are only added, so every line counted is in the
+	// log read after. Read the other way round, a line appended in between
+	// was counted but not read: a sound log reported short (INT_002).
+	rec, ok, err := db.metaBytes(metaAudit)
+	if err != nil {
+		return snapshot.AuditHead{}, err
+	}
+	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
+	if err != nil || !ok {
+		return head, err
+	}
+	if len(rec) != 8+segment.HashSize {
+		// NB: not "no head": the head is what tells a lost or altered last
+		// line from a torn append, so one that cannot be read is a finding.
+		e := errs.New(errs.CodeIndexMismatch, "the index's record of the audit log's head is %d bytes, not %d", len(rec), 8+segment.HashSize)
+		e.File = db.AuditPath()
+		return head, e
+	}
+	n := be.Uint64(rec)
+	if head.Lines < n {
+		e := errs.New(errs.CodeChainBroken, "audit log has %d lines; %d were appended", head.Lines, n)
+		e.File = db.AuditPath()
+		return head, e
+	}
+	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
+		if err != nil {
+			return head, err
+		}
+		if entry.Seq == n {
+			if !bytes.Equal(entry.Hash[:], rec[8:]) {
+				e := errs.New(errs.CodeChainBroken, "audit log line %d is not the line that was appended", n)
+				e.File, e.Seq = db.AuditPath(), n
+				return head, e
+			}
+			break
+		}
+	}
+	return head, nil
+}
+
+// auditKeptSnapshots makes sure, before a plan cuts a log, that every
+// snapshot it keeps is in the audit log: once the log below it is gone,
+// only that entry says the snapshot is the database's (verify holds it to
+// it). One the log lacks — its creation crashed before the line, or it
+// predates snapshot auditing — is proved by replay now and recorded as
+// adopted; one that cannot be proved stops the plan (STATE_003) before
+// anything is changed. The caller holds compactMu.
+func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref string) error {
+	if !slices.ContainsFunc(plan.Actions, func(a snapshot.Action) bool { return a.Kind == snapshot.ActionRecordCut }) {
+		return nil
+	}
+	vouched, err := db.auditedSnapshots()
+	if err != nil {
+		return err
+	}
+	for _, name := range plan.Keep {
+		path := db.fs.PathJoin(db.SnapshotsDir(), name)
+		if it, ok := vouched[name]; ok {
+			// The file check alone: the audit entry vouches for the rest.
+			info, err := snapshot.Verify(db.fs, path)
+			if err != nil {
+				return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
+			}
+			if it.StateHash == info.StateHash && it.Hash == info.FileHash {
+				continue
+			}
+		}
+		v, err := db.verifySnapshot(ctx, path, false)
+		if err != nil {
+			return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
+		}
+		if !v.Replayed {
+			return errs.New(errs.CodeDependencyMissing, "snapshot %s is not in the audit log and cannot be proved by replay (%s): no cut below it", name, v.Note)
+		}
+		if err := db.appendAudit(snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionCreateSnapshot),
+			Added: []snapshot.AuditItem{snapshot.SnapshotItem(v.Info)}, Note: "adopted: not in the audit log, proved by replay before a cut below it"}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditedSnapshots returns, by name, the snapshots the audit log records as
+// created and not removed since, in the lines up to the head the index
+// recorded: a line appended to the file by anyone else vouches for nothing.
+func (db *DB) auditedSnapshots() (map[string]snapshot.AuditItem, error) {
+	created, _, err := db.auditedSnapshotLog()
+	return created, err
+}
+
+// auditedSnapshotLog returns, by name, the snapshots the audit log records
+// as created and not removed since, and those it records as removed since
+// they were created (with their file hashes). A file of the second kind is
+// a leftover of a removal that was audited but did not happen (it failed,
+// or a crash came first): not a snapshot the database keeps.
+func (db *DB) auditedSnapshotLog() (created map[string]snapshot.AuditItem, removed map[string]segment.Hash, err error) {
+	head, _, err := db.auditHead()
+	if err != nil {
+		return nil, nil, err
+	}
+	return db.auditedSnapshotsUpTo(head)
+}
+
+// auditedSnapshotsUpTo is auditedSnapshotLog reading the audit log's lines
+// up to head (every line, for math.MaxUint64). A line that fails its check
+// or does not link is returned as the error (INT_002).
+func (db *DB) auditedSnapshotsUpTo(head uint64) (created map[string]snapshot.AuditItem, removed map[string]segment.Hash, err error) {
+	created, removed = map[string]snapshot.AuditItem{}, map[string]segment.Hash{}
+	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
+		if err != nil {
+			return nil, nil, err
+		}
+		if entry.Seq > head {
+			break
+		}
+		switch entry.Action {
+		case string(snapshot.ActionCreateSnapshot):
+			for _, it := range entry.Added {
+				if it.Kind == "snapshot" {
+					created[it.Name] = it
+					delete(removed, it.Name)
+				}
+			}
+		case string(snapshot.ActionDeleteSnapshot):
+			for _, it := range entry.Removed {
+				if it.Kind == "snapshot" {
+					delete(created, it.Name)
+					removed[it.Name] = it.Hash
+				}
+			}
+		}
+	}
+	return created, removed, nil
+}
