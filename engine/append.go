@@ -206,7 +206,7 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 			}
 			if found {
 				fp := segment.Fingerprint(e.Type, e.Key, e.Value)
-				rc := Receipt{Anchor: e.Anchor, Seq: prior.Seq, Counter: prior.Counter, Hash: prior.Hash, Duplicate: true}
+				rc := prior.duplicateOf(e.Anchor)
 				if prior.Fingerprint != fp && !pending && len(entries) == 1 {
 					return c, false, nil, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
 				}
@@ -273,7 +273,7 @@ func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte)
 	if err != nil || !found {
 		return Receipt{}, false, err
 	}
-	return Receipt{Anchor: anchor, Seq: e.Seq, Counter: e.Counter, Hash: e.Hash, Duplicate: true}, true, nil
+	return e.duplicateOf(anchor), true, nil
 }
 
 // refundDuplicates returns the rate-limit tokens of entries the commit found

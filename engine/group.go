@@ -345,7 +345,7 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 			}
 		}
 		if found {
-			rc := Receipt{Anchor: e.Anchor, Seq: prior.Seq, Counter: prior.Counter, Hash: prior.Hash, Duplicate: true}
+			rc := prior.duplicateOf(e.Anchor)
 			if prior.Fingerprint != fp {
 				return Receipt{}, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
 			}

@@ -81,29 +81,8 @@ func (r readHookFile) ReadAt(p []byte, off int64) (int, error) {
 // the rest.
 func TestIngestCancelStopsInsideASegment(t *testing.T) {
 	mem := vfs.NewMem()
-	src, err := Open("src", Options{FS: mem, SegmentSize: 1 << 30, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	size := oneLargeSegmentSource(t, mem)
 	ctx := context.Background()
-	value := bytes.Repeat([]byte("v"), 256)
-	for b := 0; b < 40; b++ {
-		var batch []Entry
-		for i := 0; i < 1000; i++ {
-			batch = append(batch, Entry{Anchor: "a", Type: "put", Key: []byte(fmt.Sprintf("k%d", b*1000+i)), Value: value})
-		}
-		if _, err := src.AppendBatch(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := src.Close(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := mem.Stat(segmentFileOf(mem, "src", "a", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	size := st.Size()
 
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -173,29 +152,8 @@ func TestIngestEmptySourceLogIsAPrefix(t *testing.T) {
 // scan looked at Close.
 func TestIngestCloseStopsTheForkCheckScan(t *testing.T) {
 	mem := vfs.NewMem()
-	src, err := Open("src", Options{FS: mem, SegmentSize: 1 << 30, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	size := oneLargeSegmentSource(t, mem)
 	ctx := context.Background()
-	value := bytes.Repeat([]byte("v"), 256)
-	for b := 0; b < 40; b++ {
-		var batch []Entry
-		for i := 0; i < 1000; i++ {
-			batch = append(batch, Entry{Anchor: "a", Type: "put", Key: []byte(fmt.Sprintf("k%d", b*1000+i)), Value: value})
-		}
-		if _, err := src.AppendBatch(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := src.Close(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := mem.Stat(segmentFileOf(mem, "src", "a", 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	size := st.Size()
 
 	var read atomic.Int64
 	var closing atomic.Bool
@@ -210,6 +168,7 @@ func TestIngestCloseStopsTheForkCheckScan(t *testing.T) {
 			}
 		}
 	}}
+	var err error
 	dst, err = Open("dst", Options{FS: hook, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -254,4 +213,34 @@ func logOf(t *testing.T, mem vfs.FS, dir, anchor string) []segment.Record {
 		recs = append(recs, rec.Clone())
 	}
 	return recs
+}
+
+// oneLargeSegmentSource writes a source database "src" on mem whose anchor
+// "a" holds 40,000 records in one segment (about 13 MB), and returns that
+// segment's size: enough for a scan to be stopped well inside it.
+func oneLargeSegmentSource(t *testing.T, mem *vfs.MemFS) int64 {
+	t.Helper()
+	src, err := Open("src", Options{FS: mem, SegmentSize: 1 << 30, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	value := bytes.Repeat([]byte("v"), 256)
+	for b := 0; b < 40; b++ {
+		var batch []Entry
+		for i := 0; i < 1000; i++ {
+			batch = append(batch, Entry{Anchor: "a", Type: "put", Key: []byte(fmt.Sprintf("k%d", b*1000+i)), Value: value})
+		}
+		if _, err := src.AppendBatch(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := mem.Stat(segmentFileOf(mem, "src", "a", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
 }

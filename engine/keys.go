@@ -314,6 +314,12 @@ type idemEntry struct {
 	Fingerprint segment.Hash
 }
 
+// duplicateOf is the receipt a retry carrying the key gets in anchor: the
+// original append's, marked a duplicate (SPEC §7).
+func (e idemEntry) duplicateOf(anchor string) Receipt {
+	return Receipt{Anchor: anchor, Seq: e.Seq, Counter: e.Counter, Hash: e.Hash, Duplicate: true}
+}
+
 const idemEntrySize = 8 + 8 + 2*segment.HashSize
 
 func (e *idemEntry) encode(dst []byte) []byte {

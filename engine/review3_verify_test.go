@@ -81,18 +81,7 @@ func TestReview3VerifyFindingMessagesHaveNoCode(t *testing.T) {
 	fs := vfs.NewMem()
 	db := mustOpen(t, fs, Options{FS: fs})
 	defer db.Close()
-	skey, vkey, err := proof.GenerateKeys("k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 4; i++ {
-		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%d", i)), []byte("v")); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
-			t.Fatal(err)
-		}
-	}
+	vkey := putsUnderCheckpoints(t, db, 4)
 	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -401,18 +390,7 @@ func TestReview3VerifyReplayedStoredCheckpoint(t *testing.T) {
 	fs := vfs.NewMem()
 	db := mustOpen(t, fs, Options{FS: fs})
 	defer db.Close()
-	skey, vkey, err := proof.GenerateKeys("k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if _, err := db.Put(ctx, "a", []byte(fmt.Sprint("k", i)), []byte("v")); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
-			t.Fatal(err)
-		}
-	}
+	vkey := putsUnderCheckpoints(t, db, 2)
 	stored, err := db.Checkpoints(ctx)
 	if err != nil || len(stored) != 2 {
 		t.Fatalf("checkpoints: %d %v", len(stored), err)
@@ -486,4 +464,25 @@ func TestReview3VerifyAuditLinesPastTheHead(t *testing.T) {
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
 		t.Fatalf("verify with the line the index recorded as next: %+v %v", rep, err)
 	}
+}
+
+// putsUnderCheckpoints makes n puts to anchor "a" (keys k0, k1, …), each
+// followed by a checkpoint signed with a new key, and returns the key's
+// verifier.
+func putsUnderCheckpoints(t *testing.T, db *DB, n int) string {
+	t.Helper()
+	ctx := context.Background()
+	skey, vkey, err := proof.GenerateKeys("k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprint("k", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return vkey
 }
