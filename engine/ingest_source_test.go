@@ -173,10 +173,10 @@ func TestIngestCloseStopsTheForkCheckScan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// dst holds all but the last record of a: the fork check compares seq
-	// 39,999, near the end of the segment.
+	// dst holds all but the last record of a: the fork check compares the
+	// second-last seq, near the end of the segment.
 	recs := logOf(t, mem, "src", "a")
-	if len(recs) != 40000 {
+	if len(recs) != largeSourceRecords {
 		t.Fatalf("the source log has %d records", len(recs))
 	}
 	for i := 0; i < len(recs)-1; i += 1000 {
@@ -216,8 +216,11 @@ func logOf(t *testing.T, mem vfs.FS, dir, anchor string) []segment.Record {
 }
 
 // oneLargeSegmentSource writes a source database "src" on mem whose anchor
-// "a" holds 40,000 records in one segment (about 13 MB), and returns that
-// segment's size: enough for a scan to be stopped well inside it.
+// "a" holds largeSourceRecords records in one segment (about 5 MB), and
+// returns that segment's size: enough for a scan to be stopped well inside
+// it (the tests stop it 1 MiB in and allow half the segment).
+const largeSourceRecords = 16000
+
 func oneLargeSegmentSource(t *testing.T, mem *vfs.MemFS) int64 {
 	t.Helper()
 	src, err := Open("src", Options{FS: mem, SegmentSize: 1 << 30, NoSync: true})
@@ -226,7 +229,7 @@ func oneLargeSegmentSource(t *testing.T, mem *vfs.MemFS) int64 {
 	}
 	ctx := context.Background()
 	value := bytes.Repeat([]byte("v"), 256)
-	for b := 0; b < 40; b++ {
+	for b := 0; b < largeSourceRecords/1000; b++ {
 		var batch []Entry
 		for i := 0; i < 1000; i++ {
 			batch = append(batch, Entry{Anchor: "a", Type: "put", Key: []byte(fmt.Sprintf("k%d", b*1000+i)), Value: value})
