@@ -340,15 +340,12 @@ func (c *Checkpoint) ProveAnchor(anchor string) (*FrontierProof, error) {
 }
 
 // VerifyAnchorProof checks p with VerifyFrontierProof and that it proves
-// against this checkpoint: the same frontier root and number of anchors
-// (INT_001 otherwise). c should come from OpenCheckpoint, so that its root is
+// against this checkpoint (Bind): the same frontier root and number of
+// anchors, for the entry the checkpoint lists (INT_001 otherwise). c should come from OpenCheckpoint, so that its root is
 // signed.
 func (c *Checkpoint) VerifyAnchorProof(p *FrontierProof) error {
 	if err := VerifyFrontierProof(p); err != nil {
 		return err
 	}
-	if p.Root != c.Root || p.Anchors != c.Anchors {
-		return errs.New(errs.CodeHashMismatch, "frontier proof is against root %s of %d anchors, the checkpoint has root %s of %d", p.Root, p.Anchors, c.Root, c.Anchors).At(p.Anchor, p.Size, "", 0)
-	}
-	return nil
+	return c.Bind(Verified{Kind: KindFrontier, Frontier: p})
 }
