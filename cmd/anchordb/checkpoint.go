@@ -73,16 +73,22 @@ func checkpointCreate(e *env, keyFile string) error {
 	return nil
 }
 
-func checkpointVerify(e *env, noteFile, pubFile string) error {
+// openSignedCheckpoint reads the note in noteFile ('-': stdin) and opens it
+// with the verifier key in pubFile: AUTH_003 unless the signature verifies.
+func openSignedCheckpoint(e *env, noteFile, pubFile string) (*proof.Checkpoint, error) {
 	pub, err := readKeyFile(e, pubFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	msg, err := readInput(e, noteFile, "checkpoint")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cp, err := proof.OpenCheckpoint(msg, pub)
+	return proof.OpenCheckpoint(msg, pub)
+}
+
+func checkpointVerify(e *env, noteFile, pubFile string) error {
+	cp, err := openSignedCheckpoint(e, noteFile, pubFile)
 	if err != nil {
 		return err
 	}

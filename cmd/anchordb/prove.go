@@ -180,15 +180,8 @@ is not a proof (INPUT_001). With --json prints {"ok":true,"kind","description"},
 			}
 			var cp *proof.Checkpoint
 			if checkpoint != "" {
-				key, err := readKeyFile(e, pub)
-				if err != nil {
-					return err
-				}
-				msg, err := readInput(e, checkpoint, "checkpoint")
-				if err != nil {
-					return err
-				}
-				if cp, err = proof.OpenCheckpoint(msg, key); err != nil {
+				var err error
+				if cp, err = openSignedCheckpoint(e, checkpoint, pub); err != nil {
 					return err
 				}
 			}
