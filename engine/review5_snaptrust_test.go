@@ -259,3 +259,59 @@ func TestReview5StatsCountOnlyTheDatabasesSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// TestReview5VerifyHoldsAVouchedNameToItsHashes: a snapshot written over
+// one the audit log vouches for, with the same frontier and state but
+// other bytes (another creation time, which dates the time trigger),
+// passed verify, because its replay gives the recorded state. Its file
+// hash is not the one the audit log recorded under its name: INT_003.
+func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	own, err := db.CreateSnapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := snapshot.Open(fs, own.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	for e, err := range r.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	_ = r.Close()
+	later := own.Created.AddDate(10, 0, 0)
+	re, err := snapshot.Create(fs, "elsewhere", snapshot.Meta{Frontier: own.Frontier, PolicyRef: own.PolicyRef, Created: later},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if re.StateHash != own.StateHash || re.FileHash == own.FileHash {
+		t.Fatal("scenario: want the same state in other bytes")
+	}
+	if err := fs.Rename(re.Path, own.Path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.VerifySnapshot(ctx, own.Path); errs.CodeOf(err) != errs.CodeSnapshotCorrupted {
+		t.Fatalf("snapshot verify of a vouched name with other bytes: %v; want INT_003", err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK || len(rep.Failures) != 1 || rep.Failures[0].File != own.Path || rep.Failures[0].Code != errs.CodeSnapshotCorrupted {
+		t.Fatalf("verify: ok=%v %+v; want one INT_003 naming %s", rep.OK, rep.Failures, own.Path)
+	}
+}
