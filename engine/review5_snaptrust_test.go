@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/snapshot"
@@ -99,6 +101,36 @@ func checkPlanIgnores(t *testing.T, plan snapshot.Plan, intruder string) {
 	if !noted {
 		t.Errorf("no note says the intruder %s is left out for the audit log: %q", intruder, plan.Notes)
 	}
+}
+
+// copySnapshot writes into dir a snapshot with s's frontier, policy_ref
+// and entries, created at created: the same state in other bytes.
+func copySnapshot(t *testing.T, fs vfs.FS, dir string, s snapshot.Info, created time.Time) snapshot.Info {
+	t.Helper()
+	r, err := snapshot.Open(fs, s.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	for e, err := range r.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	_ = r.Close()
+	c, err := snapshot.Create(fs, dir, snapshot.Meta{Frontier: s.Frontier, PolicyRef: s.PolicyRef, Created: created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // covered is the number of records a snapshot's frontier covers.
@@ -274,30 +306,7 @@ func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := snapshot.Open(fs, own.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var entries []snapshot.Entry
-	for e, err := range r.Entries() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e.Clone())
-	}
-	_ = r.Close()
-	later := own.Created.AddDate(10, 0, 0)
-	re, err := snapshot.Create(fs, "elsewhere", snapshot.Meta{Frontier: own.Frontier, PolicyRef: own.PolicyRef, Created: later},
-		func(yield func(snapshot.Entry, error) bool) {
-			for _, e := range entries {
-				if !yield(e, nil) {
-					return
-				}
-			}
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
+	re := copySnapshot(t, fs, "elsewhere", own, own.Created.AddDate(10, 0, 0))
 	if re.StateHash != own.StateHash || re.FileHash == own.FileHash {
 		t.Fatal("scenario: want the same state in other bytes")
 	}
@@ -313,5 +322,45 @@ func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
 	}
 	if rep.OK || len(rep.Failures) != 1 || rep.Failures[0].File != own.Path || rep.Failures[0].Code != errs.CodeSnapshotCorrupted {
 		t.Fatalf("verify: ok=%v %+v; want one INT_003 naming %s", rep.OK, rep.Failures, own.Path)
+	}
+}
+
+// TestReview5NoAdoptionFromTheFuture: a compaction that cuts the log adopts
+// a snapshot the audit log does not record when a replay proves its state.
+// The replay says nothing of its creation time, which dates the time
+// trigger: a true-state copy dated ten years ahead, once adopted, kept
+// every_seconds from firing for ten years. One dated after now is not
+// adopted.
+func TestReview5NoAdoptionFromTheFuture(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a0", 60, "more")
+	g, err := db.CreateSnapshotTo(ctx, fs, "elsewhere", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := copySnapshot(t, fs, db.SnapshotsDir(), g, time.Now().AddDate(10, 0, 0))
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(res.Plan.Actions, func(a snapshot.Action) bool { return a.Kind == snapshot.ActionRecordCut }) {
+		t.Fatalf("scenario: the plan cuts nothing: %s", res.Plan)
+	}
+	audited, err := db.auditedSnapshots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := audited[in.Name]; ok {
+		t.Fatalf("a snapshot dated ten years ahead was adopted: %s", res.Plan)
+	}
+	noted := slices.ContainsFunc(res.Plan.Notes, func(n string) bool { return strings.Contains(n, in.Name) && strings.Contains(n, "after now") })
+	if !noted {
+		t.Fatalf("no note says why %s was not adopted: %q", in.Name, res.Plan.Notes)
 	}
 }

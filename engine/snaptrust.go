@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/snapshot"
@@ -181,6 +182,15 @@ func (db *DB) adoptUnvouched(ctx context.Context, unvouched []snapshot.Info, ref
 				return notes, err
 			}
 			notes = append(notes, fmt.Sprintf("snapshot %s, which the audit log does not record, is not proved by replay and stays ignored: %v", s.Name, err))
+			continue
+		}
+		// NB: a replay proves the state, not the creation time, which
+		// dates the time trigger from the newest snapshot: adopted, a file
+		// dated years ahead kept every_seconds from firing until then. The
+		// database's own were made before now (unless its clock went back).
+		if now := db.opts.Clock(); v.Info.Created.After(now) {
+			notes = append(notes, fmt.Sprintf("snapshot %s, which the audit log does not record, is dated %s, after now (%s): not one this database wrote, and not adopted",
+				s.Name, v.Info.Created.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
 			continue
 		}
 		if err := db.appendAudit(snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionCreateSnapshot),
