@@ -201,3 +201,27 @@ func (db *DB) adoptUnvouched(ctx context.Context, unvouched []snapshot.Info, ref
 	}
 	return notes, nil
 }
+
+// SnapshotsAudited reports, for each snapshot of list (as Snapshots returns
+// them), whether the audit log records it as created and not removed, with
+// the file and state hashes the file claims: whether it is one of the
+// database's own. Only the claims are compared (Snapshots reads a file's
+// header and footer, no more); VerifySnapshot, and compaction, read every
+// byte. A file that cannot be read, or an audit log that cannot be read as
+// the database's, is not audited.
+func (db *DB) SnapshotsAudited(ctx context.Context, list []snapshot.Info) ([]bool, error) {
+	// The audit log's head is an index read: Close waits for it.
+	if err := db.beginRead(ctx); err != nil {
+		return nil, err
+	}
+	defer db.endRead()
+	vouched, _, err := db.vouchedSnapshots()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(list))
+	for i, s := range list {
+		out[i] = s.Err == nil && vouches(vouched, s)
+	}
+	return out, nil
+}
