@@ -364,3 +364,37 @@ func TestReview5NoAdoptionFromTheFuture(t *testing.T) {
 		t.Fatalf("no note says why %s was not adopted: %q", in.Name, res.Plan.Notes)
 	}
 }
+
+// TestReview5BrokenAuditLogVouchesForNothing: with an audit log whose chain
+// fails, no snapshot is known to be the database's: the plan counts none,
+// deletes none, and its notes say why (not that the log lacks them).
+func TestReview5BrokenAuditLogVouchesForNothing(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	own, err := db.CreateSnapshot(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second line: a failing last line alone reads as a torn append.
+	fillAnchor(t, db, "a0", 5, "more")
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	data := readAll(t, fs, db.AuditPath())
+	i := strings.Index(string(data), `"time":"`) + len(`"time":"`)
+	data[i] ^= 1 // the first line's time: its hash no longer holds
+	writeAll(t, fs, db.AuditPath(), data)
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	res, err := db.Compact(ctx, policy, CompactOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.Keep) != 0 || slices.ContainsFunc(res.Plan.Actions, func(a snapshot.Action) bool { return a.Snapshot == own.Name }) {
+		t.Fatalf("the plan counts %s, which a broken audit log cannot vouch for: %s", own.Name, res.Plan)
+	}
+	if !slices.ContainsFunc(res.Plan.Notes, func(n string) bool { return strings.Contains(n, own.Name) && strings.Contains(n, "cannot vouch") }) {
+		t.Fatalf("no note says the audit log cannot vouch for %s: %q", own.Name, res.Plan.Notes)
+	}
+}

@@ -58,6 +58,7 @@ func (db *DB) countSnapshots(ctx context.Context, verify bool) (countedSnapshots
 		return out, err
 	}
 	created, removed, err := db.auditedSnapshotLog()
+	why := "the audit log does not record it, so it is not known to be a snapshot this database wrote"
 	if err != nil {
 		// NB: a log that cannot be read as the database's vouches for
 		// nothing (verify reports the log itself); an I/O failure is one.
@@ -65,6 +66,7 @@ func (db *DB) countSnapshots(ctx context.Context, verify bool) (countedSnapshots
 			return out, err
 		}
 		created, removed = nil, nil
+		why = "the audit log cannot vouch for any snapshot (" + errs.Message(err) + ")"
 	}
 	// check reads every byte of s (every entry too, with verify).
 	check := func(s snapshot.Info) (snapshot.Info, error) {
@@ -108,7 +110,7 @@ func (db *DB) countSnapshots(ctx context.Context, verify bool) (countedSnapshots
 			out.list = append(out.list, s)
 			continue
 		}
-		e := errs.New(errs.CodeDependencyMissing, "the audit log does not record it, so it is not known to be a snapshot this database wrote: neither counted nor deleted")
+		e := errs.New(errs.CodeDependencyMissing, "%s: neither counted nor deleted", why)
 		e.File = s.Path
 		s.Err = e
 		out.list = append(out.list, s)
