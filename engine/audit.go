@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
@@ -196,43 +195,34 @@ func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
 	return head, nil
 }
 
-// auditKeptSnapshots makes sure, before a plan cuts a log, that every
-// snapshot it keeps is in the audit log: once the log below it is gone,
-// only that entry says the snapshot is the database's (verify holds it to
-// it). One the log lacks — its creation crashed before the line, or it
-// predates snapshot auditing — is proved by replay now and recorded as
-// adopted; one that cannot be proved stops the plan (STATE_003) before
+// checkKeptSnapshots makes sure, before a plan cuts a log, that every
+// snapshot it keeps is still the one the audit log records: once the log
+// below it is gone, only that entry says the snapshot is the database's
+// (verify holds it to it). The plan counted only such snapshots; this
+// reads them again, since a file can change between the plan and its
+// application. One that no longer matches stops the plan (INT_003) before
 // anything is changed. The caller holds compactMu.
-func (db *DB) auditKeptSnapshots(ctx context.Context, plan snapshot.Plan, ref string) error {
-	if !slices.ContainsFunc(plan.Actions, func(a snapshot.Action) bool { return a.Kind == snapshot.ActionRecordCut }) {
-		return nil
-	}
+func (db *DB) checkKeptSnapshots(plan snapshot.Plan) error {
 	vouched, err := db.auditedSnapshots()
 	if err != nil {
 		return err
 	}
 	for _, name := range plan.Keep {
 		path := db.fs.PathJoin(db.SnapshotsDir(), name)
-		if it, ok := vouched[name]; ok {
-			// The file check alone: the audit entry vouches for the rest.
-			info, err := snapshot.Verify(db.fs, path)
-			if err != nil {
-				return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
-			}
-			if it.StateHash == info.StateHash && it.Hash == info.FileHash {
-				continue
-			}
-		}
-		v, err := db.verifySnapshot(ctx, path, false)
+		info, err := snapshot.Verify(db.fs, path)
 		if err != nil {
 			return fmt.Errorf("snapshot %s, kept below a cut: %w", name, err)
 		}
-		if !v.Replayed {
-			return errs.New(errs.CodeDependencyMissing, "snapshot %s is not in the audit log and cannot be proved by replay (%s): no cut below it", name, v.Note)
+		it, ok := vouched[name]
+		if !ok {
+			e := errs.New(errs.CodeSnapshotCorrupted, "snapshot %s, kept below a cut, is no longer one the audit log records as created; nothing is cut", name)
+			e.File = path
+			return e
 		}
-		if err := db.appendAudit(snapshot.AuditEntry{Time: db.opts.Clock(), PolicyRef: ref, Action: string(snapshot.ActionCreateSnapshot),
-			Added: []snapshot.AuditItem{snapshot.SnapshotItem(v.Info)}, Note: "adopted: not in the audit log, proved by replay before a cut below it"}); err != nil {
-			return err
+		if it.StateHash != info.StateHash || it.Hash != info.FileHash {
+			e := otherHashes(info, it)
+			e.Message += "; nothing is cut"
+			return e
 		}
 	}
 	return nil

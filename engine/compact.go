@@ -19,8 +19,15 @@ import (
 )
 
 // Compaction (SPEC §6) plans with the snapshot package's pure planner and
-// applies the plan here. Order and durability:
+// applies the plan here. The planner counts only the database's own
+// snapshots (snaptrust.go: the audit log records each, with the hashes its
+// bytes have); every other file in snapshots/ is named in a note and left
+// alone. Order and durability:
 //
+//   - before a plan that cuts a log: every kept snapshot is read again and
+//     must still be the one the audit log records (INT_003 otherwise, and
+//     nothing is done), and each snapshot the audit log does not record is
+//     offered to a replay and, proved, recorded as adopted.
 //   - create_snapshot: the snapshot is written atomically, audited and,
 //     when the policy says verify_before_delete, proved by replay before
 //     anything else happens; one that is not proved is removed again
@@ -85,7 +92,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if now.IsZero() {
 		now = db.opts.Clock()
 	}
-	in, leftovers, err := db.compactionInput(ctx, policy, now)
+	in, counted, err := db.compactionInput(ctx, policy, now)
 	if err != nil {
 		return res, err
 	}
@@ -93,8 +100,14 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if err != nil {
 		return res, err
 	}
-	for _, s := range leftovers {
+	for _, s := range counted.leftovers {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("snapshot %s is one the audit log records as removed (its removal did not happen): left out of the plan, and removed with --apply", s.Name))
+	}
+	cuts := slices.ContainsFunc(plan.Actions, func(a snapshot.Action) bool { return a.Kind == snapshot.ActionRecordCut })
+	if cuts {
+		for _, s := range counted.unvouched {
+			plan.Notes = append(plan.Notes, fmt.Sprintf("snapshot %s, which the audit log does not record, is offered to a replay before the cut with --apply: proved, it is recorded as adopted and counts from the next run", s.Name))
+		}
 	}
 	res.Plan = plan
 	if !opts.Apply {
@@ -109,13 +122,20 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	audit := db.appendAudit
 	// The removals of leftovers were audited when they were meant to
 	// happen: they are finished, not audited again.
-	for _, s := range leftovers {
+	for _, s := range counted.leftovers {
 		if err := snapshot.Delete(db.fs, s.Path); err != nil && !oserrorIsNotExist(err) {
 			return res, err
 		}
 	}
-	if err := db.auditKeptSnapshots(ctx, plan, ref); err != nil {
-		return res, err
+	if cuts {
+		if err := db.checkKeptSnapshots(plan); err != nil {
+			return res, err
+		}
+		notes, err := db.adoptUnvouched(ctx, counted.unvouched, ref)
+		res.Plan.Notes = append(res.Plan.Notes, notes...)
+		if err != nil {
+			return res, err
+		}
 	}
 	settled := false
 	for i, a := range plan.Actions {
@@ -198,58 +218,36 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	return res, db.flushIndex()
 }
 
-// compactionInput gathers what the planner reads: snapshots (verified when
-// the policy asks), the records and bytes since the newest snapshot, and
-// every sealed segment still on disk. Snapshot files the audit log records
-// as removed are left out of the plan and returned as leftovers.
-func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, []snapshot.Info, error) {
+// compactionInput gathers what the planner reads: the snapshots, each with
+// Err set unless it counts (countSnapshots: the audit log vouches for it,
+// its bytes are the ones recorded, its frontier is the log's), the records
+// and bytes since the newest that counts, and every sealed segment still
+// on disk. It returns besides the snapshot files the audit log records as
+// removed (leftovers), and those it does not record at all (unvouched).
+func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, countedSnapshots, error) {
 	in := snapshot.PlanInput{Policy: policy, Now: now}
-	all, err := db.snapshotsFor(ctx, policy.VerifyBeforeDelete)
+	// NB: only a snapshot the database wrote may steer what is deleted.
+	// Counted, a well-formed file dropped in with the log's frontier (its
+	// hashes are unkeyed) stood as the newest: no trigger fired,
+	// keep_snapshots deleted the database's own, and a cut went below it.
+	counted, err := db.countSnapshots(ctx, policy.VerifyBeforeDelete)
 	if err != nil {
-		return in, nil, err
+		return in, counted, err
 	}
-	_, removed, err := db.auditedSnapshotLog()
-	if err != nil {
-		return in, nil, err
-	}
-	var leftovers []snapshot.Info
-	for _, s := range all {
-		if h, ok := removed[s.Name]; ok && s.Err == nil && h == s.FileHash {
-			leftovers = append(leftovers, s)
-			continue
-		}
-		// NB: a well-formed snapshot whose frontier is not the log's (of
-		// another database, or made up) is none of this database's.
-		// Counted, it stood as the newest (its frontier covers the most):
-		// keep_snapshots deleted the database's own, and nothing counted
-		// as unsnapshotted, so no snapshot was taken again. Left out like
-		// an unreadable one, for verify to report.
-		if s.Err == nil {
-			match, err := db.frontierMatchesLog(s.Frontier)
-			if err != nil {
-				return in, nil, err
-			}
-			if !match {
-				e := errs.New(errs.CodeSnapshotCorrupted, "its frontier names heads the log does not have: it is not a snapshot of this database")
-				e.File = s.Path
-				s.Err = e
-			}
-		}
-		in.Snapshots = append(in.Snapshots, s)
-	}
+	in.Snapshots = counted.list
 	var anchors []AnchorInfo
 	if in.Stats, anchors, err = db.unsnapshotted(ctx, in.Snapshots); err != nil {
-		return in, nil, err
+		return in, counted, err
 	}
 	for _, info := range anchors {
 		segs, err := db.sealedSegments(info.ID, info.Segments)
 		if err != nil {
-			return in, nil, err
+			return in, counted, err
 		}
 		in.Segments = append(in.Segments, segs...)
 	}
 	in.Checkpointed, err = db.checkpointedSizes(ctx)
-	return in, leftovers, err
+	return in, counted, err
 }
 
 // checkpointedSizes returns, per anchor, the tree size the newest stored
@@ -286,47 +284,15 @@ func (db *DB) checkpointedSizes(ctx context.Context) (map[string]uint64, error) 
 	return out, nil
 }
 
-// snapshotsFor lists the snapshots, verifying each readable one if asked.
-func (db *DB) snapshotsFor(ctx context.Context, verify bool) ([]snapshot.Info, error) {
-	snaps, err := db.Snapshots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for i := range snaps {
-		if snaps[i].Err == nil && verify {
-			v, err := snapshot.Verify(db.fs, snaps[i].Path)
-			if err != nil {
-				snaps[i].Err = err
-				continue
-			}
-			snaps[i] = v
-		}
-	}
-	return snaps, nil
-}
-
-// unsnapshotted measures what the newest readable snapshot does not cover,
-// and returns every anchor's head on the way.
+// unsnapshotted measures what the newest snapshot that counts (Err nil, as
+// countSnapshots leaves it) does not cover, and returns every anchor's
+// head on the way.
 func (db *DB) unsnapshotted(ctx context.Context, snaps []snapshot.Info) (snapshot.Stats, []AnchorInfo, error) {
 	var st snapshot.Stats
-	// The newest of this log's: one whose frontier is not the log's would
-	// make every record look covered (stats, the planner's triggers).
-	order := make([]int, 0, len(snaps))
-	for i := range snaps {
-		if snaps[i].Err == nil {
-			order = append(order, i)
-		}
-	}
-	slices.SortFunc(order, func(a, b int) int { return snapshot.Compare(snaps[b], snaps[a]) })
 	var newest *snapshot.Info
-	for _, i := range order {
-		match, err := db.frontierMatchesLog(snaps[i].Frontier)
-		if err != nil {
-			return st, nil, err
-		}
-		if match {
+	for i := range snaps {
+		if snaps[i].Err == nil && (newest == nil || snapshot.Compare(snaps[i], *newest) > 0) {
 			newest = &snaps[i]
-			break
 		}
 	}
 	var anchors []AnchorInfo

@@ -72,8 +72,8 @@ type RebuildOptions struct {
 }
 
 // RebuildIndexWith is RebuildIndex with options: ro.FromSnapshot starts the
-// rebuild at the newest snapshot that verifies. The returned plan carries
-// the recovery report of the rebuilding Open.
+// rebuild at the newest snapshot the audit log records that verifies. The
+// returned plan carries the recovery report of the rebuilding Open.
 func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildOptions) (RebuildPlan, error) {
 	apply := ro.Apply
 	plan := RebuildPlan{Dir: dir}

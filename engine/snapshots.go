@@ -214,6 +214,13 @@ type SnapshotVerification struct {
 	// cut. The file and its state hash were still checked.
 	Replayed bool   `json:"replayed"`
 	Note     string `json:"note,omitempty"`
+	// Audited is true when the audit log records the snapshot as created,
+	// with its file and state hashes: one of the database's own, which
+	// compaction counts. A snapshot it does not record is still proved by
+	// its replay, but compaction neither counts nor deletes it (a crash
+	// between a snapshot's file and its audit line leaves one; the next
+	// compaction that cuts the log adopts it).
+	Audited bool `json:"audited"`
 	// ReplayedRecords is how many records the replay proof applied.
 	ReplayedRecords uint64       `json:"replayed_records"`
 	ReplayStateHash segment.Hash `json:"replay_state_hash"`
@@ -282,6 +289,17 @@ func (db *DB) verifySnapshot(ctx context.Context, path string, held bool) (Snaps
 		}
 		return nil
 	}
+	// NB: a file under a name the audit log records with other hashes is
+	// not the snapshot the database wrote, whatever its replay gives: the
+	// bytes no hash of its state covers (its creation time, which dates
+	// the time trigger, its policy_ref) are not the recorded ones either.
+	if err := loadVouchers(); err != nil {
+		return out, err
+	}
+	if it, ok := vouched[info.Name]; ok && (it.Hash != info.FileHash || it.StateHash != info.StateHash) {
+		return out, otherHashes(info, it)
+	}
+	out.Audited = vouches(vouched, info)
 	// noReplay ends the check of a snapshot no replay can prove.
 	noReplay := func(note string) (SnapshotVerification, error) {
 		out.Note = note

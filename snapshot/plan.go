@@ -124,9 +124,12 @@ type Plan struct {
 //     snapshot's frontier seq for that anchor (that is, below the oldest kept
 //     snapshot's frontier), lowest segment first.
 //
-// A snapshot is usable when it was read without error (the caller sets Err
-// on one it finds is not of its log, too) and — when the policy
-// says verify_before_delete — verified. Snapshots that are not usable are
+// A snapshot is usable when it was read without error and — when the
+// policy says verify_before_delete — verified. The caller sets Err on every
+// snapshot that must not steer the plan: one not of its log, and (the
+// engine) one its audit log does not record with the hashes the file has,
+// since a snapshot's hashes are unkeyed and anyone can write a well-formed
+// one. Snapshots that are not usable are
 // neither counted nor deleted; a note names them. Inconsistent segments (a
 // gap or overlap between an anchor's sealed segments) are INT_002, a kept
 // snapshot whose head hash disagrees with the segment sealing the same seq

@@ -26,7 +26,9 @@ policy_ref in it) and prints its description:
    "entries","raw_size","size","state_hash","file_hash","verified"}
 
 snapshot list prints one such object a line per snapshot, oldest first: by the records its
-frontier covers, then creation time, as a clock can go back (without --json a table). A
+frontier covers, then creation time, as a clock can go back (without --json a table), with
+"audited": whether the audit log records it as created, with the hashes it claims — one
+of the database's own, which compaction counts; it neither counts nor deletes any other. A
 file that cannot be read (or is not a regular file) is listed with "error":{"code","reason","message",
 "file"} and makes the command exit 1.
 
@@ -37,8 +39,10 @@ the same state hash. Below a compaction's cut the replay starts from an older sn
 ("base") that the audit log records as created with its hashes; when none covers the cut
 no replay is possible ("replayed":false and a "note"), and the snapshot must itself be
 one the audit log records with its file and state hashes (INT_003 otherwise).
-Prints one object a line: {"ok","snapshot":{…},"base","replayed","note",
-"replayed_records","replay_state_hash"}, and for a snapshot that fails {"ok":false,
+Prints one object a line: {"ok","snapshot":{…},"base","replayed","note","audited",
+"replayed_records","replay_state_hash"} ("audited": the audit log records it as created
+with its hashes; one it does not record is proved by its replay all the same, but
+compaction neither counts nor deletes it), and for a snapshot that fails {"ok":false,
 "name","path","error":{"code":"INT_003",…}}. Any failure exits 1.`,
 	minArgs: 1, maxArgs: -1,
 	setup: func(fs *pflag.FlagSet) runFunc {
@@ -81,6 +85,14 @@ type unreadableSnapshotJSON struct {
 	Path    string     `json:"path"`
 	Created *time.Time `json:"created,omitempty"`
 	Error   errorBody  `json:"error"`
+}
+
+// listedSnapshotJSON is a readable snapshot as list prints it: audited says
+// whether the audit log records it as the database's, with the hashes it
+// claims.
+type listedSnapshotJSON struct {
+	snapshotInfoJSON
+	Audited bool `json:"audited"`
 }
 
 // snapshotJSON is one snapshot of create or list.
@@ -146,6 +158,10 @@ func snapshotList(e *env) error {
 	if err != nil {
 		return err
 	}
+	audited, err := db.SnapshotsAudited(e.ctx, list)
+	if err != nil {
+		return err
+	}
 	bad := 0
 	for _, s := range list {
 		if s.Err != nil {
@@ -153,8 +169,12 @@ func snapshotList(e *env) error {
 		}
 	}
 	if e.g.json {
-		for _, s := range list {
-			e.out.json(snapshotJSON(s))
+		for i, s := range list {
+			if s.Err != nil {
+				e.out.json(snapshotJSON(s))
+				continue
+			}
+			e.out.json(listedSnapshotJSON{snapshotJSON(s).(snapshotInfoJSON), audited[i]})
 		}
 	} else if len(list) == 0 {
 		if !e.g.quiet {
@@ -163,24 +183,34 @@ func snapshotList(e *env) error {
 	} else {
 		var b strings.Builder
 		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tCREATED\tKEYS\tANCHORS\tRECORDS\tSIZE\tSTATE HASH\tPOLICY")
-		for _, s := range list {
+		fmt.Fprintln(tw, "NAME\tCREATED\tKEYS\tANCHORS\tRECORDS\tSIZE\tSTATE HASH\tPOLICY\tAUDITED")
+		foreign := 0
+		for i, s := range list {
 			if s.Err != nil {
-				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tUNREADABLE (%s)\t-\n", s.Name, createdText(s.Created), codeOf(s.Err))
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tUNREADABLE (%s)\t-\t-\n", s.Name, createdText(s.Created), codeOf(s.Err))
 				continue
 			}
 			policy := s.PolicyRef
 			if policy == "" {
 				policy = "-"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Name, createdText(s.Created), s.Entries, len(s.Frontier),
-				frontierRecords(s.Frontier), humanBytes(s.Size), s.StateHash, policy)
+			yes := "yes"
+			if !audited[i] {
+				yes = "NO"
+				foreign++
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, createdText(s.Created), s.Entries, len(s.Frontier),
+				frontierRecords(s.Frontier), humanBytes(s.Size), s.StateHash, policy, yes)
 		}
+
 		_ = tw.Flush()
 		for _, s := range list {
 			if s.Err != nil {
 				fmt.Fprintf(&b, "unreadable %s: %s\n", s.Name, errorLine(s.Err))
 			}
+		}
+		if foreign > 0 {
+			fmt.Fprintf(&b, "%d not in the audit log as the database's (AUDITED NO): compaction neither counts nor deletes them\n", foreign)
 		}
 		e.out.write([]byte(b.String()))
 	}
@@ -267,13 +297,17 @@ func snapshotVerify(e *env, names []string) error {
 		if e.g.quiet {
 			continue
 		}
+		unaudited := ""
+		if !v.Audited {
+			unaudited = "; not in the audit log as the database's: compaction neither counts nor deletes it"
+		}
 		switch {
 		case !v.Replayed:
 			e.out.linef("ok   %s: file and state hash verify (%d keys); %s", t.name, v.Info.Entries, v.Note)
 		case v.Base != "":
-			e.out.linef("ok   %s: replay of %d records from base %s gives state %s", t.name, v.ReplayedRecords, v.Base, v.ReplayStateHash)
+			e.out.linef("ok   %s: replay of %d records from base %s gives state %s%s", t.name, v.ReplayedRecords, v.Base, v.ReplayStateHash, unaudited)
 		default:
-			e.out.linef("ok   %s: replay of %d records from genesis gives state %s", t.name, v.ReplayedRecords, v.ReplayStateHash)
+			e.out.linef("ok   %s: replay of %d records from genesis gives state %s%s", t.name, v.ReplayedRecords, v.ReplayStateHash, unaudited)
 		}
 	}
 	if status != exitOK {
