@@ -230,7 +230,11 @@ func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now t
 	// Counted, a well-formed file dropped in with the log's frontier (its
 	// hashes are unkeyed) stood as the newest: no trigger fired,
 	// keep_snapshots deleted the database's own, and a cut went below it.
-	counted, err := db.countSnapshots(ctx, policy.VerifyBeforeDelete)
+	depth := checkBytes
+	if policy.VerifyBeforeDelete {
+		depth = checkEntries
+	}
+	counted, err := db.countSnapshots(ctx, depth)
 	if err != nil {
 		return in, counted, err
 	}
