@@ -88,6 +88,13 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if err := policy.Validate(); err != nil {
 		return res, err
 	}
+	if opts.Apply {
+		// The plan is made under the lock its apply holds: two compactions
+		// planning side by side both planned the same snapshot and both
+		// took it.
+		db.compactMu.Lock()
+		defer db.compactMu.Unlock()
+	}
 	now := opts.Now
 	if now.IsZero() {
 		now = db.opts.Clock()
@@ -116,8 +123,6 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if err := db.writable(); err != nil {
 		return res, err
 	}
-	db.compactMu.Lock()
-	defer db.compactMu.Unlock()
 	ref := policy.PolicyRef()
 	audit := db.appendAudit
 	// The removals of leftovers were audited when they were meant to
