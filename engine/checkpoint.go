@@ -293,8 +293,8 @@ func ParseCheckpointNote(msg []byte) (*proof.Checkpoint, error) {
 	return proof.ParseCheckpointBody(msg[:i+1])
 }
 
-//
-// A path that is not a regular file is an *fsutil.EntryError: never opened.
+// readWholeFile reads the file at path, a name a listing gave. One that is
+// not a regular file is an *fsutil.EntryError: never opened.
 func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
 	f, err := fsutil.Open(fs, path, true)
 	if err != nil {
