@@ -13,6 +13,10 @@
 // a get of a missing key, INT_*, AUTH_*); 2 usage, I/O or bad input. An error
 // prints {"error":{"code","reason","message",…}} on stdout with --json, else
 // one line on stderr (also with --json when stdout itself has failed).
+//
+// SIGINT or SIGTERM cancels the command, which stops at its next check,
+// closes the database cleanly and exits 2 (IO_001 "interrupted"); a second
+// one while it stops exits at once, also 2 (see interruptContext).
 package main
 
 import (
@@ -434,6 +438,8 @@ func mainUsage() string {
 	b.WriteString(globalFlagUsages())
 	b.WriteString("\nexit status: 0 ok; 1 an integrity or conflict finding (refused append, missing key);\n")
 	b.WriteString("2 usage, I/O or bad input.\n\n")
+	b.WriteString("SIGINT or SIGTERM stops a command cleanly (exit 2, IO_001 interrupted); a second one\n")
+	b.WriteString("while it stops exits at once (exit 2), leaving the database for the next open to recover.\n\n")
 	b.WriteString("Run 'anchordb help COMMAND' for a command's flags.\n")
 	return b.String()
 }
