@@ -454,3 +454,39 @@ func TestForeignTreeDirectories(t *testing.T) {
 		})
 	}
 }
+
+// TestForeignLockFile: a lock file that is not a regular file is refused
+// (IO_001: it holds nothing, and an operator removes it) before it is
+// opened: the open of a FIFO for reading blocks, and O_CREATE through a
+// dangling symbolic link created the link's target, wherever it pointed.
+func TestForeignLockFile(t *testing.T) {
+	for _, kind := range foreignKinds {
+		t.Run(kind, func(t *testing.T) {
+			dir, _ := foreignDB(t)
+			path := filepath.Join(dir, lockFileName)
+			if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+				t.Fatal(err)
+			}
+			makeForeign(t, kind, path)
+			err := within(t, "Open", []string{path}, func() error {
+				db, err := Open(dir, Options{FS: vfs.Default})
+				if err == nil {
+					_ = db.Close()
+				}
+				return err
+			})
+			wantCode(t, "open", err, errs.CodeWriteFailed, path)
+			if _, err := os.Lstat(filepath.Join(dir, "nowhere")); !os.IsNotExist(err) {
+				t.Fatalf("the dangling link's target was created: %v", err)
+			}
+			if err := os.RemoveAll(path); err != nil {
+				t.Fatal(err)
+			}
+			db, err := Open(dir, Options{FS: vfs.Default})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = db.Close()
+		})
+	}
+}
