@@ -108,11 +108,11 @@ func Dir(fs vfs.FS, dir string) error {
 	return nil
 }
 
-// List lists dir once Dir has found it a directory: the list of a FIFO
-// opens it, and blocks. A missing dir is Stat's not-exist error, as
-// vfs.FS.List gives it.
+// List lists dir unless Dir finds it is not a directory (an *EntryError):
+// the list of a FIFO opens it, and blocks. When Stat fails otherwise (a
+// missing dir), fs.List is left to fail as it does.
 func List(fs vfs.FS, dir string) ([]string, error) {
-	if err := Dir(fs, dir); err != nil {
+	if err := Dir(fs, dir); IsEntryError(err) {
 		return nil, err
 	}
 	return fs.List(dir)
