@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/mod/sumdb/note"
@@ -225,7 +226,14 @@ func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
 func (db *DB) Checkpoints(ctx context.Context) ([]StoredCheckpoint, error) {
 	fs := db.fs
 	dir := fs.PathJoin(db.dir, CheckpointsDir)
-	names, err := fs.List(dir)
+	names, err := fsutil.List(fs, dir)
+	var ee *fsutil.EntryError
+	if errors.As(err, &ee) {
+		// NB: not listed (the list of a FIFO blocks): one entry that is
+		// not a checkpoint, as below, so verify reports it.
+		return []StoredCheckpoint{{Name: fs.PathBase(dir), Path: dir,
+			Err: errs.New(errs.CodeInvalidInput, "the checkpoints directory is %s", ee.What)}}, nil
+	}
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			return nil, nil
@@ -246,15 +254,11 @@ func (db *DB) Checkpoints(ctx context.Context) ([]StoredCheckpoint, error) {
 		// with no context, and a directory read fails as I/O (IO_001, so
 		// verify stopped, exit 2). Like a file that is not a signed note,
 		// such an entry is listed with Err: a finding.
-		if st, err := fs.Stat(s.Path); err != nil || !st.Mode().IsRegular() {
-			if err != nil && !oserrorIsNotExist(err) {
+		if _, err := fsutil.Regular(fs, s.Path, true); err != nil {
+			if !errors.As(err, &ee) {
 				return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.Path)
 			}
-			what := "a dangling symbolic link (or removed since it was listed)"
-			if err == nil {
-				what = "not a regular file (" + st.Mode().Type().String() + ")"
-			}
-			s.Err = errs.New(errs.CodeInvalidInput, "%s is %s", name, what)
+			s.Err = errs.New(errs.CodeInvalidInput, "%s is %s", name, ee.What)
 			out = append(out, s)
 			continue
 		}
@@ -289,8 +293,10 @@ func ParseCheckpointNote(msg []byte) (*proof.Checkpoint, error) {
 	return proof.ParseCheckpointBody(msg[:i+1])
 }
 
+// readWholeFile reads the file at path, a name a listing gave. One that is
+// not a regular file is an *fsutil.EntryError: never opened.
 func readWholeFile(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
+	f, err := fsutil.Open(fs, path, true)
 	if err != nil {
 		return nil, err
 	}

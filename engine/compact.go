@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -358,8 +359,11 @@ func (db *DB) sinceStats(anchor string, from uint64) (time.Time, uint64, error) 
 // segment file before the active one).
 func (db *DB) sealedSegments(anchor string, active uint64) ([]snapshot.SealedSegment, error) {
 	dir := segment.AnchorDir(db.fs, db.dir, anchor)
-	names, err := db.fs.List(dir)
+	names, err := fsutil.List(db.fs, dir) // NB: not fs.List: that of a FIFO blocks
 	if err != nil {
+		if fsutil.IsEntryError(err) {
+			return nil, entryErr(err, errs.CodeChainBroken, "")
+		}
 		if oserrorIsNotExist(err) {
 			// A new anchor's first records are acknowledged while its
 			// bytes may still be buffered, before its directory is made
@@ -375,9 +379,10 @@ func (db *DB) sealedSegments(anchor string, active uint64) ([]snapshot.SealedSeg
 			continue
 		}
 		path := db.fs.PathJoin(dir, n)
-		f, err := db.fs.Open(path)
+		// NB: looked at first: the open of a FIFO blocks.
+		f, err := fsutil.Open(db.fs, path, true)
 		if err != nil {
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+			return nil, entryErr(err, errs.CodeChainBroken, "open "+path)
 		}
 		st, err := f.Stat()
 		if err != nil {
@@ -428,12 +433,12 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 		return 0, errs.New(errs.CodeInvalidInput, "segment %d of anchor %q is not sealed", segno, anchor)
 	}
 	path := db.segmentPath(a, segno)
-	f, err := db.fs.Open(path)
+	f, err := fsutil.Open(db.fs, path, false)
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			return 0, nil // removed already
 		}
-		return 0, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+		return 0, entryErr(err, errs.CodeChainBroken, "open "+path)
 	}
 	st, err := f.Stat()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
@@ -529,9 +530,9 @@ func (db *DB) removeLeftovers() error {
 		return err
 	}
 	lf := db.fs.PathJoin(db.dir, LostAndFound)
-	names, err := db.fs.List(lf)
+	names, err := fsutil.List(db.fs, lf) // NB: not fs.List: that of a FIFO blocks
 	if err != nil {
-		return nil // no lost+found
+		return nil // no lost+found (or none that is a directory)
 	}
 	for _, n := range names {
 		if strings.HasSuffix(n, ".tmp") {
@@ -563,7 +564,7 @@ func (db *DB) startJournal() error {
 	}
 	gens, err := journal.List(db.fs, dir)
 	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+		return entryErr(err, errs.CodeChainBroken, "list "+dir)
 	}
 	gen := uint64(1)
 	if len(gens) > 0 {
@@ -604,7 +605,7 @@ func (db *DB) indexIsStale(clean bool) (bool, error) {
 	}
 	gens, err := journal.List(db.fs, db.journalDir())
 	if err != nil {
-		return false, errs.Wrap(errs.CodeWriteFailed, err, "list the journal")
+		return false, entryErr(err, errs.CodeChainBroken, "list the journal")
 	}
 	if len(gens) == 0 {
 		return false, nil
@@ -621,6 +622,13 @@ const IDFile = "DBID"
 // database.
 func (db *DB) loadOrCreateID() (string, error) {
 	path := db.fs.PathJoin(db.dir, IDFile)
+	// NB: looked at before it is opened (a FIFO's open blocks); one that is
+	// not a regular file is as malformed as one that holds no id.
+	if _, err := fsutil.Regular(db.fs, path, false); fsutil.IsEntryError(err) {
+		e := errs.New(errs.CodeInvalidInput, "database id file %s is malformed: %s", path, errs.Message(err))
+		e.File = path
+		return "", e
+	}
 	if f, err := db.fs.Open(path); err == nil {
 		buf := make([]byte, 64)
 		n, _ := f.ReadAt(buf, 0)
@@ -648,12 +656,12 @@ func (db *DB) loadOrCreateID() (string, error) {
 }
 
 func (db *DB) hasSegments() (bool, error) {
-	fans, err := db.fs.List(db.fs.PathJoin(db.dir, "anchors"))
+	fans, err := fsutil.List(db.fs, db.fs.PathJoin(db.dir, "anchors"))
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			return false, nil
 		}
-		return false, errs.Wrap(errs.CodeWriteFailed, err, "list anchors")
+		return false, entryErr(err, errs.CodeChainBroken, "list anchors")
 	}
 	return len(fans) > 0, nil
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
@@ -445,11 +446,18 @@ type keptRecord struct {
 // rebuildAnchors lists every anchor directory with its segments and stubs,
 // sorted by anchor id (the order of the index tables).
 func (db *DB) rebuildAnchors() ([]rebuildAnchor, error) {
+	// NB: an entry that is not a directory where the tree has one, or not
+	// a regular file where a segment or stub belongs (a FIFO, whose open
+	// blocks), is left to the full replay, which reports it: nothing here
+	// opens one.
 	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
-	fans, err := db.fs.List(root)
+	fans, err := fsutil.List(db.fs, root)
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			return nil, nil
+		}
+		if fsutil.IsEntryError(err) {
+			return nil, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
 		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", root)
 	}
@@ -459,18 +467,30 @@ func (db *DB) rebuildAnchors() ([]rebuildAnchor, error) {
 		if len(fan) != 2 || !isHex(fan) {
 			return nil, fmt.Errorf("%w: unexpected %s in %s", errFastPathAbandoned, fan, root)
 		}
-		subs, err := db.fs.List(db.fs.PathJoin(root, fan))
+		subs, err := listTreeDir(db.fs, db.fs.PathJoin(root, fan))
+		if fsutil.IsEntryError(err) {
+			return nil, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
+		}
 		if err != nil {
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", fan)
+			return nil, err
 		}
 		for _, sub := range subs {
 			dir := db.fs.PathJoin(root, fan, sub)
-			names, err := db.fs.List(dir)
+			names, err := listTreeDir(db.fs, dir)
+			if fsutil.IsEntryError(err) {
+				return nil, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
+			}
 			if err != nil {
-				return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+				return nil, err
 			}
 			ra := rebuildAnchor{dir: dir, stubs: map[uint64]string{}}
 			for _, n := range names {
+				if _, err := fsutil.Regular(db.fs, db.fs.PathJoin(dir, n), true); err != nil {
+					if fsutil.IsEntryError(err) {
+						return nil, fmt.Errorf("%w: %v", errFastPathAbandoned, err)
+					}
+					return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", db.fs.PathJoin(dir, n))
+				}
 				if segno, ok := segment.ParseFileName(n); ok {
 					ra.segs = append(ra.segs, segFile{segno, db.fs.PathJoin(dir, n)})
 				} else if segno, ok := segment.ParseStubFileName(n); ok {
@@ -668,9 +688,9 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 }
 
 func readWhole(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
+	f, err := fsutil.Open(fs, path, false)
 	if err != nil {
-		return nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+		return nil, entryErr(err, errs.CodeChainBroken, "open "+path)
 	}
 	defer f.Close()
 	st, err := f.Stat()
@@ -725,9 +745,9 @@ func loadHistoryFrom(r pebble.Reader) (map[string]uint64, error) {
 
 // segmentFirstSeq reads the first seq from a segment's header.
 func segmentFirstSeq(fs vfs.FS, path string) (uint64, error) {
-	f, err := fs.Open(path)
+	f, err := fsutil.Open(fs, path, false)
 	if err != nil {
-		return 0, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+		return 0, entryErr(err, errs.CodeChainBroken, "open "+path)
 	}
 	defer f.Close()
 	info, err := f.Stat()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -55,11 +56,16 @@ func (c *fileCache) acquire(path string, writable, create bool) (*cachedFile, er
 	case create:
 		f, err = c.fs.Create(path, vfs.WriteCategoryUnspecified)
 	case writable:
-		if _, err = c.fs.Stat(path); err == nil {
+		// NB: Stat first: OpenReadWrite would create a missing file, and a
+		// FIFO is never opened (an *fsutil.EntryError).
+		if _, err = fsutil.Regular(c.fs, path, false); err == nil {
 			f, err = c.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
 		}
 	default:
-		f, err = c.fs.Open(path)
+		// NB: the open of a FIFO for reading blocks, with no context to end
+		// it: a segment that is not a regular file is an
+		// *fsutil.EntryError, never opened.
+		f, err = fsutil.Open(c.fs, path, false)
 	}
 	if err != nil {
 		return nil, err

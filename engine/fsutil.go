@@ -2,11 +2,12 @@ package engine
 
 import (
 	"errors"
-	"github.com/anchordb/anchordb/internal/errs"
 	"io"
 	"io/fs"
 	"os"
 
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -74,4 +75,22 @@ func syncDirOf(fs vfs.FS, dir string) error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "fsync directory %s", dir)
 	}
 	return nil
+}
+
+// entryErr turns what fsutil.Regular, Open, Dir or List returned into a
+// coded error: an *fsutil.EntryError (a FIFO, a directory, a dangling link
+// where a file of the database's own tree belongs) is the finding code of
+// its place, located at the entry; any other failure is IO_001, what being
+// the action that failed. nil stays nil.
+func entryErr(err error, code errs.Code, what string) error {
+	if err == nil {
+		return nil
+	}
+	var ee *fsutil.EntryError
+	if errors.As(err, &ee) {
+		e := errs.New(code, "%s", ee.Error())
+		e.File = ee.Path
+		return e
+	}
+	return ioErr(err, what)
 }

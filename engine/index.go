@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -208,9 +209,16 @@ func (db *DB) markIndexCorrupt(info pebble.DataCorruptionInfo) error {
 // I/O error that kept it from reading the marker.
 func (db *DB) indexMarkedCorrupt() (bool, error) {
 	path := db.fs.PathJoin(db.dir, IndexCorruptMarker)
-	f, err := db.fs.Open(path)
+	f, err := fsutil.Open(db.fs, path, false)
 	if oserrorIsNotExist(err) {
 		return false, nil
+	}
+	var ee *fsutil.EntryError
+	if errors.As(err, &ee) {
+		// NB: not opened (a FIFO's open blocks). It is there, so the
+		// index is marked; why cannot be read.
+		return true, errs.Wrap(errs.CodeIndexMismatch, fmt.Errorf("%w: the marker %s", errIndexUnreadable, ee.Error()),
+			"the index was found corrupt while the database ran (%s)", IndexCorruptMarker)
 	}
 	if err != nil {
 		return true, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)

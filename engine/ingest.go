@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
@@ -395,7 +396,11 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 			idOf[d] = id
 		}
 	} else {
-		fans, err := fs.List(root)
+		fans, err := fsutil.List(fs, root)
+		if fsutil.IsEntryError(err) {
+			_, err := listSourceDir(fs, root) // the INPUT_001 that says what it is
+			return nil, err
+		}
 		if err != nil {
 			if oserrorIsNotExist(err) {
 				if _, serr := fs.Stat(from); serr != nil {
@@ -434,16 +439,12 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 				path := fs.PathJoin(d, n)
 				// NB: before any is opened: the open of a FIFO blocks
 				// with no context, and a device reads forever.
-				st, err := fs.Stat(path)
-				if err != nil && !oserrorIsNotExist(err) {
-					return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat source segment %s", path)
-				}
-				if err != nil || !st.Mode().IsRegular() {
-					what := "a dangling link"
-					if err == nil {
-						what = "not a regular file (" + st.Mode().Type().String() + ")"
+				if _, err := fsutil.Regular(fs, path, true); err != nil {
+					var ee *fsutil.EntryError
+					if !errors.As(err, &ee) {
+						return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat source segment %s", path)
 					}
-					e := errs.New(errs.CodeInvalidInput, "source segment %s is %s", path, what)
+					e := errs.New(errs.CodeInvalidInput, "source segment %s is %s", path, ee.What)
 					e.File = path
 					return nil, e
 				}
@@ -476,12 +477,13 @@ func (db *DB) findSourceAnchors(from string, only []string) ([]*sourceAnchor, er
 // listSourceDir lists a directory of the source's anchors tree. Where the
 // tree has a file instead, the source is malformed (INPUT_001).
 func listSourceDir(fs vfs.FS, dir string) ([]string, error) {
-	if st, err := fs.Stat(dir); err == nil && !st.IsDir() {
-		e := errs.New(errs.CodeInvalidInput, "source %s is not a directory, where the anchors tree has one", dir)
+	names, err := fsutil.List(fs, dir)
+	var ee *fsutil.EntryError
+	if errors.As(err, &ee) {
+		e := errs.New(errs.CodeInvalidInput, "source %s is %s, where the anchors tree has a directory", dir, ee.What)
 		e.File = dir
 		return nil, e
 	}
-	names, err := fs.List(dir)
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -38,6 +39,20 @@ func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
 	}
 	if _, busy := heldLocks.LoadOrStore(abs, true); busy {
 		return nil, errs.New(errs.CodeScopeLocked, "database %s is open for writing by this process (pid %d)", dir, os.Getpid())
+	}
+	// NB: looked at before it is opened. A FIFO's open for reading (the
+	// holder's pid, below) blocks, a directory fails the open, and O_CREATE
+	// through a dangling symbolic link would create its target, wherever
+	// it points. The lock file holds nothing: anything but a regular file
+	// (or a link to one) is for an operator to remove (IO_001, exit 2).
+	if _, err := fsutil.Regular(fs, path, false); err != nil {
+		if oserrorIsNotExist(err) && isDanglingLink(path) {
+			err = &fsutil.EntryError{Path: path, What: fsutil.Dangling}
+		}
+		if !oserrorIsNotExist(err) {
+			heldLocks.Delete(abs)
+			return nil, errs.Wrap(errs.CodeWriteFailed, err, "lock file (remove it: it holds nothing)")
+		}
 	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -65,6 +80,12 @@ func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
 }
 
 var heldLocks sync.Map
+
+// isDanglingLink reports whether path is a symbolic link to nothing.
+func isDanglingLink(path string) bool {
+	st, err := os.Lstat(path)
+	return err == nil && st.Mode()&os.ModeSymlink != 0
+}
 
 var filepathAbs = filepath.Abs
 

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -428,6 +429,9 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 					return r.db.retained(r.anchor, seq, e.Hash)
 				}
 				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d is missing", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
+			}
+			if fsutil.IsEntryError(err) {
+				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
 			}
 			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 		}

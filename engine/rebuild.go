@@ -3,8 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
+	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -124,37 +128,77 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 // removed the index, before it opens the database.
 var rebuildIndexRemoved func()
 
+// countSegments counts what a rebuild would read into plan. An entry a
+// rebuild would have to list or read that is not a directory, or not a
+// regular file (a FIFO, whose open blocks with no context to end it, a
+// dangling link), refuses the rebuild with INT_002 before anything is
+// changed: a rebuild adopts nothing of the anchor behind it, so the index
+// would come back without records it has now.
 func countSegments(fs vfs.FS, dir string, plan *RebuildPlan) error {
-	root := fs.PathJoin(dir, "anchors")
-	fans, err := fs.List(root)
+	refuse := func(err error) error {
+		var ee *fsutil.EntryError
+		if !errors.As(err, &ee) {
+			return err
+		}
+		e := errs.New(errs.CodeChainBroken, "%s, where a rebuild must read: remove or replace it first; the index is left as it is", ee.Error())
+		e.File = ee.Path
+		return e
+	}
+	// Every journal file: with the index gone, no settle point says which
+	// ones hold only what the segments already have.
+	jdir := fs.PathJoin(dir, JournalDir)
+	gens, err := journal.List(fs, jdir)
+	if err != nil {
+		return entryErr(refuse(err), errs.CodeChainBroken, "list "+jdir)
+	}
+	for _, g := range gens {
+		p := fs.PathJoin(jdir, journal.FileName(g))
+		if _, err := fsutil.Regular(fs, p, true); err != nil {
+			return entryErr(refuse(err), errs.CodeChainBroken, "stat "+p)
+		}
+	}
+	root := fs.PathJoin(dir, segment.AnchorsDir)
+	fans, err := fsutil.List(fs, root)
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			return nil
 		}
-		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", root)
+		return entryErr(refuse(err), errs.CodeChainBroken, "list "+root)
 	}
+	slices.Sort(fans)
 	for _, fan := range fans {
-		subs, err := fs.List(fs.PathJoin(root, fan))
-		if err != nil {
-			continue
+		if len(fan) != 2 || !isHex(fan) {
+			continue // never read
 		}
+		subs, err := listTreeDir(fs, fs.PathJoin(root, fan))
+		if err != nil {
+			return refuse(err)
+		}
+		slices.Sort(subs)
 		for _, sub := range subs {
-			d := fs.PathJoin(root, fan, sub)
-			names, err := fs.List(d)
-			if err != nil {
+			if len(sub) != 30 || !isHex(sub) {
 				continue
+			}
+			d := fs.PathJoin(root, fan, sub)
+			names, err := listTreeDir(fs, d)
+			if err != nil {
+				return refuse(err)
 			}
 			plan.Anchors++
 			for _, n := range names {
-				st, err := fs.Stat(fs.PathJoin(d, n))
-				if err != nil {
+				_, seg := segment.ParseFileName(n)
+				_, stub := segment.ParseStubFileName(n)
+				if !seg && !stub {
 					continue
 				}
-				switch {
-				case len(n) > 4 && n[len(n)-4:] == ".seg":
+				st, err := fsutil.Regular(fs, fs.PathJoin(d, n), true)
+				if err != nil {
+					return entryErr(refuse(err), errs.CodeChainBroken, "stat "+fs.PathJoin(d, n))
+				}
+				if seg {
 					plan.Segments++
 					plan.Bytes += st.Size()
-				case len(n) > 7 && n[len(n)-7:] == ".hashes":
+				} else {
 					plan.Stubs++
 				}
 			}

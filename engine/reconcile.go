@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -31,6 +32,12 @@ type reconciler struct {
 	// are removed only after missingAnchors has seen whether the index has
 	// records of an anchor there (then it is damaged, its files kept).
 	headerless map[string][]tornSegment
+	// foreign holds, by anchor path id (or by fan-out name, for a fan-out
+	// entry), the first entry of the anchors tree found to be neither a
+	// directory where one belongs nor a regular file where a segment or a
+	// stub does (a FIFO, a socket, a dangling link): such an entry is
+	// never opened, and the anchor behind it is damaged (INT_002).
+	foreign map[string]*errs.Error
 	// fromNothing: the index is being rebuilt, or is an older copy
 	// (stale_index), so no row vouches for the settled records past its
 	// end, which are scanned like an unsettled tail.
@@ -44,12 +51,12 @@ type reconciler struct {
 // was settled (an older copy restored): see scanSegment.
 func (db *DB) reconcileAll(fromNothing bool) error {
 	rc := &reconciler{db: db, batch: db.index.NewBatch(), seen: make(map[string]bool), truncated: make(map[string]uint64),
-		headerless: make(map[string][]tornSegment), fromNothing: fromNothing}
+		headerless: make(map[string][]tornSegment), foreign: make(map[string]*errs.Error), fromNothing: fromNothing}
 	defer func() { _ = rc.batch.Close() }()
 	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
-	fans, err := db.fs.List(root)
+	fans, err := fsutil.List(db.fs, root)
 	if err != nil && !oserrorIsNotExist(err) {
-		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", root)
+		return entryErr(err, errs.CodeChainBroken, "list "+root)
 	}
 	slices.Sort(fans)
 	for _, fan := range fans {
@@ -57,9 +64,13 @@ func (db *DB) reconcileAll(fromNothing bool) error {
 			continue
 		}
 		fanDir := db.fs.PathJoin(root, fan)
-		subs, err := db.fs.List(fanDir)
+		subs, err := listTreeDir(db.fs, fanDir)
 		if err != nil {
-			return errs.Wrap(errs.CodeWriteFailed, err, "list %s", fanDir)
+			if e := foreignOf(err); e != nil {
+				rc.foreign[fan] = e
+				continue
+			}
+			return err
 		}
 		slices.Sort(subs)
 		for _, sub := range subs {
@@ -76,6 +87,11 @@ func (db *DB) reconcileAll(fromNothing bool) error {
 	}
 	if err := rc.missingAnchors(); err != nil {
 		return err
+	}
+	// Foreign entries no anchor the index knows is behind: reported, kept.
+	for _, k := range slices.Sorted(maps.Keys(rc.foreign)) {
+		e := rc.foreign[k]
+		db.event(RecoveryEvent{Kind: EventDamaged, File: e.File, Err: e})
 	}
 	for _, pathID := range slices.Sorted(maps.Keys(rc.headerless)) {
 		dir := db.fs.PathJoin(root, pathID[:2], pathID[2:])
@@ -123,13 +139,35 @@ type segFile struct {
 
 func (rc *reconciler) anchorDir(dir, pathID string) error {
 	db := rc.db
-	names, err := db.fs.List(dir)
+	names, err := listTreeDir(db.fs, dir)
 	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+		if e := foreignOf(err); e != nil {
+			rc.foreign[pathID] = e
+			return nil
+		}
+		return err
 	}
+	slices.Sort(names)
 	var segs []segFile
 	stubs := map[uint64]string{}
+	var foreign *errs.Error
 	for _, n := range names {
+		_, isStub := segment.ParseStubFileName(n)
+		_, isSeg := segment.ParseFileName(n)
+		if isStub || isSeg {
+			// NB: looked at before anything is opened: the open of a
+			// FIFO blocks, with no context to end it.
+			if _, err := fsutil.Regular(db.fs, db.fs.PathJoin(dir, n), true); err != nil {
+				e := foreignOf(err)
+				if e == nil {
+					return ioErr(err, "stat "+db.fs.PathJoin(dir, n))
+				}
+				if foreign == nil {
+					foreign = e
+				}
+				continue
+			}
+		}
 		if segno, ok := segment.ParseStubFileName(n); ok {
 			stubs[segno] = db.fs.PathJoin(dir, n)
 			continue
@@ -146,6 +184,9 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		}
 	}
 	slices.SortFunc(segs, func(a, b segFile) int { return cmp.Compare(a.segno, b.segno) })
+	if foreign != nil {
+		return rc.foreignEntry(pathID, segs, foreign)
+	}
 	// A newest segment too short for its header holds no record: its creation
 	// was torn. Journal replay has already recreated any segment the index
 	// needs, so it can go — once the anchor is known not to be damaged: a
@@ -220,6 +261,71 @@ func (rc *reconciler) anchorDir(dir, pathID string) error {
 		return nil // found damaged just now: as above
 	}
 	return rc.removeTorn(dir, pathID, torn)
+}
+
+// foreignEntry takes an anchor directory where a segment or stub name is
+// not a regular file (e). What that entry holds is unknown, so nothing of
+// the anchor is adopted, cut or removed: the regular segments' headers are
+// read only to name the anchor, which becomes damaged (read-only) with e,
+// its files left as they are for an operator. When no header names it,
+// missingAnchors damages the anchor the index knows there, if any, with e.
+func (rc *reconciler) foreignEntry(pathID string, segs []segFile, e *errs.Error) error {
+	db := rc.db
+	var id string
+	for _, s := range segs {
+		_, h, err := rc.readHeader(s.path)
+		if err == nil {
+			id = h.Anchor
+			break
+		}
+		var fe *segment.FrameError
+		if !errors.As(err, &fe) {
+			return err
+		}
+	}
+	if id == "" || segment.AnchorPathID(id) != pathID {
+		rc.foreign[pathID] = e
+		return nil
+	}
+	rc.seen[id] = true
+	a, err := db.getAnchor(id, true)
+	if err != nil {
+		return err
+	}
+	rc.raiseClock(a.snapshot().lastCounter)
+	if a.damaged() == nil {
+		db.markDamaged(a, e)
+	}
+	return nil
+}
+
+// foreignOf returns the INT_002 error of an *fsutil.EntryError, located at
+// the entry, or nil for any other error.
+func foreignOf(err error) *errs.Error {
+	var ee *fsutil.EntryError
+	if !errors.As(err, &ee) {
+		return nil
+	}
+	e := errs.New(errs.CodeChainBroken, "%s", ee.Error())
+	e.File = ee.Path
+	return e
+}
+
+// listTreeDir lists a directory of the anchors tree whose name its parent's
+// listing gave: one that is not a directory (a FIFO, whose list would
+// block, a file, a dangling link) is an *fsutil.EntryError; any other
+// failure is IO_001.
+func listTreeDir(fs vfs.FS, dir string) ([]string, error) {
+	names, err := fsutil.List(fs, dir)
+	switch {
+	case err == nil:
+		return names, nil
+	case fsutil.IsEntryError(err):
+		return nil, err
+	case oserrorIsNotExist(err):
+		return nil, &fsutil.EntryError{Path: dir, What: fsutil.Dangling}
+	}
+	return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 }
 
 // tornSegment is a newest segment whose creation a crash tore.
@@ -698,6 +804,15 @@ func (rc *reconciler) missingAnchors() error {
 			continue
 		}
 		rc.raiseClock(a.snapshot().lastCounter)
+		pid := segment.AnchorPathID(id)
+		foreign := rc.foreign[pid]
+		if foreign == nil {
+			foreign = rc.foreign[pid[:2]]
+		}
+		delete(rc.foreign, pid)
+		if foreign != nil && a.damaged() == nil {
+			db.markDamaged(a, foreign)
+		}
 		if st := a.snapshot(); st.head > 0 && a.damaged() == nil {
 			e := errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) are missing", id, st.head)
 			e.File = a.dir

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -162,7 +163,7 @@ func (db *DB) replayJournal() error {
 	dir := db.journalDir()
 	gens, err := journal.List(db.fs, dir)
 	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+		return entryErr(err, errs.CodeChainBroken, "list "+dir)
 	}
 	byAnchor := make(map[string][]journalRecord)
 	var order []string
@@ -189,6 +190,13 @@ func (db *DB) replayJournal() error {
 				return nil
 			})
 		})
+		if fsutil.IsEntryError(err) {
+			// NB: not opened (a FIFO's open blocks): what it holds is
+			// unknown, and acknowledged appends may be there alone.
+			e := errs.Wrap(errs.CodeChainBroken, err, "the journal past the settle point cannot be read, and appends acknowledged since may be there alone; remove or replace it")
+			e.File = db.fs.PathJoin(dir, journal.FileName(gen))
+			return e
+		}
 		if err != nil {
 			// A block whose checksum holds but whose content does not parse
 			// was written wrong: nothing to guess.
@@ -290,9 +298,11 @@ func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error 
 		want = append(segment.AppendHeader(nil, &h), want...)
 		base = 0
 	}
-	if _, err := db.fs.Stat(path); err != nil {
+	// NB: Stat first: OpenReadWrite would create a missing segment, and
+	// must not open a FIFO (a write to one goes nowhere the log keeps).
+	if _, err := fsutil.Regular(db.fs, path, false); err != nil {
 		if !oserrorIsNotExist(err) {
-			return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+			return entryErr(err, errs.CodeChainBroken, "stat "+path)
 		}
 		if base != 0 {
 			return db.journalHole(a, segno, path, 0, first)
@@ -417,14 +427,15 @@ func (db *DB) journalHole(a *anchor, segno uint64, path string, size int64, firs
 // hole the journal left, never damage (see segmentHole and sealHole).
 func (db *DB) restorePreviousSeal(a *anchor, segno, lastSeq uint64, lastHash segment.Hash) error {
 	path := db.segmentPath(a, segno)
-	// Stat first: OpenReadWrite would create a missing segment.
-	if _, err := db.fs.Stat(path); err != nil {
+	// Stat first: OpenReadWrite would create a missing segment, and must
+	// not open a FIFO.
+	if _, err := fsutil.Regular(db.fs, path, false); err != nil {
 		if oserrorIsNotExist(err) {
 			e := errs.New(errs.CodeChainBroken, "segment %s is missing; the index has records in it or after it", path)
 			e.File = path
 			return db.segmentHole(a, segno, e)
 		}
-		return errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+		return entryErr(err, errs.CodeChainBroken, "stat "+path)
 	}
 	f, err := db.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -145,7 +146,7 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 			s.DamagedAnchors++
 		}
 		dir := segment.AnchorDir(db.fs, db.dir, info.ID)
-		names, err := db.fs.List(dir)
+		names, err := fsutil.List(db.fs, dir) // NB: not fs.List: that of a FIFO blocks
 		if err != nil {
 			continue
 		}

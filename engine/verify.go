@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -472,9 +473,11 @@ func (v *verifier) unknownDirectories() {
 		known[segment.AnchorPathID(id)] = true
 	}
 	root := db.fs.PathJoin(db.dir, segment.AnchorsDir)
-	fans, err := db.fs.List(root)
+	fans, err := fsutil.List(db.fs, root)
 	if err != nil {
-		if !oserrorIsNotExist(err) {
+		if e := foreignOf(err); e != nil {
+			v.report(Finding{Code: e.Code, File: e.File, Message: e.Message})
+		} else if !oserrorIsNotExist(err) {
 			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "list %s", root))
 		}
 		return
@@ -484,9 +487,16 @@ func (v *verifier) unknownDirectories() {
 		if len(fan) != 2 || !isHex(fan) {
 			continue
 		}
-		subs, err := db.fs.List(db.fs.PathJoin(root, fan))
+		// NB: a fan-out entry that is not a directory (a FIFO, whose list
+		// would block) is a finding; the anchors the index knows there
+		// report their own.
+		subs, err := listTreeDir(db.fs, db.fs.PathJoin(root, fan))
+		if e := foreignOf(err); e != nil {
+			v.report(Finding{Code: e.Code, File: e.File, Message: e.Message})
+			continue
+		}
 		if err != nil {
-			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "list %s", fan))
+			v.fail(err)
 			return
 		}
 		slices.Sort(subs)
@@ -496,6 +506,10 @@ func (v *verifier) unknownDirectories() {
 			}
 			dir := db.fs.PathJoin(root, fan, sub)
 			segs, err := listSegments(db, dir)
+			if e := foreignOf(err); e != nil {
+				v.report(Finding{Code: e.Code, File: e.File, Message: e.Message})
+				continue
+			}
 			if err != nil {
 				v.fail(err)
 				return

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -176,6 +177,12 @@ func (c *anchorCheck) check() error {
 	c.rows = seqCursor{c: c, it: it, prefix: len(prefix)}
 
 	segs, err := listSegments(db, c.dir)
+	if e := foreignOf(err); e != nil {
+		// The anchor's directory is a FIFO, a file, a dangling link: no
+		// segment to read, which every row then says again.
+		c.report(errs.CodeChainBroken, 0, e.File, 0, "the anchor's directory %s", e.Message)
+		err = nil
+	}
 	if err != nil {
 		return err
 	}
@@ -316,10 +323,14 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 // readOne reads and checks the record seq at row; a problem is a finding
 // and yields nil.
 func (c *anchorCheck) readOne(path string, seq uint64, row seqEntry) (*segment.Record, error) {
-	f, err := c.v.db.fs.Open(path)
+	f, err := fsutil.Open(c.v.db.fs, path, false)
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			c.report(errs.CodeChainBroken, seq, path, 0, "segment %s is missing", path)
+			return nil, nil
+		}
+		if e := foreignOf(err); e != nil {
+			c.report(errs.CodeChainBroken, seq, path, 0, "segment %s", e.Message)
 			return nil, nil
 		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
@@ -409,10 +420,16 @@ func (c *anchorCheck) scan(segs []segInfo) error {
 // scanSegment reads one segment file.
 func (c *anchorCheck) scanSegment(s segInfo, newest bool) error {
 	db := c.v.db
-	f, err := db.fs.Open(s.path)
+	// NB: a segment that is not a regular file is never opened (the open
+	// of a FIFO blocks): a finding, as a segment that disappeared is.
+	f, err := fsutil.Open(db.fs, s.path, true)
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			c.report(errs.CodeChainBroken, 0, s.path, 0, "segment %s disappeared", s.path)
+			return nil
+		}
+		if e := foreignOf(err); e != nil {
+			c.report(errs.CodeChainBroken, 0, s.path, 0, "segment %s", e.Message)
 			return nil
 		}
 		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", s.path)

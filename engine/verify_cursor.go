@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -110,11 +111,17 @@ func (r *seqCursor) take(seq uint64) ([]byte, bool) {
 // listSegments returns the segment files of an anchor directory by number,
 // with the stubs of segments compaction removed in their place. (Where both
 // are present — a truncation cut short — the segment is what is read.)
+//
+// A dir that is not a directory (a FIFO, whose list would block) is an
+// *fsutil.EntryError; the entries are not looked at (their open is).
 func listSegments(db *DB, dir string) ([]segInfo, error) {
-	names, err := db.fs.List(dir)
+	names, err := fsutil.List(db.fs, dir)
 	if err != nil {
 		if oserrorIsNotExist(err) {
 			return nil, nil
+		}
+		if fsutil.IsEntryError(err) {
+			return nil, err
 		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
 	}
@@ -149,7 +156,7 @@ func listSegments(db *DB, dir string) ([]segInfo, error) {
 
 // readSegmentHeader reads and parses the header of a segment file.
 func readSegmentHeader(db *DB, path string) (segment.Header, int64, error) {
-	f, err := db.fs.Open(path)
+	f, err := fsutil.Open(db.fs, path, true)
 	if err != nil {
 		return segment.Header{}, 0, err
 	}

@@ -43,6 +43,10 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 			c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment stub %s disappeared", s.path)
 			return nil
 		}
+		if e := foreignOf(err); e != nil {
+			c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment stub %s", e.Message)
+			return nil
+		}
 		return errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.path)
 	}
 	c.v.bytes.Add(int64(len(data)))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
@@ -213,13 +214,27 @@ func AppendAfter(fs vfs.FS, path string, e AuditEntry, before func(AuditEntry) e
 	return e, nil
 }
 
+// openAudit opens the audit log for reading. One that is not a regular file
+// (a FIFO, whose open would block, a directory) is INT_002 and is not
+// opened; a missing one is the not-exist error of Stat.
+func openAudit(fs vfs.FS, path string) (vfs.File, error) {
+	f, err := fsutil.Open(fs, path, false)
+	if fsutil.IsEntryError(err) {
+		return nil, errs.Wrap(errs.CodeChainBroken, err, "audit").At("", 0, path, 0)
+	}
+	return f, err
+}
+
 // auditTail returns the last complete line's entry (zero for none), the
 // offset just after it and the length of the torn tail after that.
 func auditTail(fs vfs.FS, path string) (AuditEntry, int64, int64, error) {
-	f, err := fs.Open(path)
+	f, err := openAudit(fs, path)
 	if err != nil {
 		if isNotExist(err) {
 			return AuditEntry{}, 0, 0, nil
+		}
+		if errs.CodeOf(err) != "" {
+			return AuditEntry{}, 0, 0, err
 		}
 		return AuditEntry{}, 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: open %s", path)
 	}
@@ -299,10 +314,13 @@ func VerifyAudit(fs vfs.FS, path string) (AuditHead, error) {
 
 func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, error) {
 	var head AuditHead
-	f, err := fs.Open(path)
+	f, err := openAudit(fs, path)
 	if err != nil {
 		if isNotExist(err) {
 			return head, nil
+		}
+		if errs.CodeOf(err) != "" {
+			return head, err
 		}
 		return head, errs.Wrap(errs.CodeChainBroken, err, "audit: open %s", path).At("", 0, path, 0)
 	}

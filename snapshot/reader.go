@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
@@ -104,10 +105,11 @@ func Open(fs vfs.FS, path string) (*Snapshot, error) {
 // it, and a directory reads as an I/O error: List, and with it verify,
 // snapshot list and compaction, hung on a FIFO named x.snap.
 func openFile(fs vfs.FS, path string) (vfs.File, error) {
-	st, err := fs.Stat(path)
+	_, err := fsutil.Regular(fs, path, false)
+	var ee *fsutil.EntryError
 	switch {
-	case err == nil && !st.Mode().IsRegular():
-		return nil, corrupt(path, 0, "not a regular file (%s)", st.Mode().Type())
+	case errors.As(err, &ee):
+		return nil, corrupt(path, 0, "%s", ee.What)
 	case err != nil && isNotExist(err):
 		return nil, errs.Wrap(errs.CodeInvalidInput, err, "snapshot %s does not exist", path)
 	case err != nil:
@@ -163,8 +165,15 @@ func Verify(fs vfs.FS, path string) (Info, error) {
 // name). It reads each file's header and footer only (see
 // ReadInfo); a file it cannot read is listed with Err set, not dropped. A
 // missing dir is an empty list. Temp files of unfinished Creates are skipped.
+//
+// A dir that is not a directory (a FIFO, whose list would block) is listed
+// as one entry, named for dir, whose Err (INT_003) says what it is.
 func List(fs vfs.FS, dir string) ([]Info, error) {
-	names, err := fs.List(dir)
+	names, err := fsutil.List(fs, dir)
+	var ee *fsutil.EntryError
+	if errors.As(err, &ee) {
+		return []Info{{Name: fs.PathBase(dir), Path: dir, Err: corrupt(dir, 0, "the snapshots directory is %s", ee.What)}}, nil
+	}
 	if err != nil {
 		if isNotExist(err) {
 			return nil, nil

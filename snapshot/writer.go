@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
@@ -369,10 +370,13 @@ func Delete(fs vfs.FS, path string) error {
 // CleanTemp removes the temp files a crash during Create left in dir and
 // returns their names. Call it only while no Create runs in dir (the engine
 // holds its writer lock).
+//
+// A dir that is not a directory holds no temp file: nothing is removed (and
+// List says what it is).
 func CleanTemp(fs vfs.FS, dir string) ([]string, error) {
-	names, err := fs.List(dir)
+	names, err := fsutil.List(fs, dir)
 	if err != nil {
-		if isNotExist(err) {
+		if isNotExist(err) || fsutil.IsEntryError(err) {
 			return nil, nil
 		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "snapshot: list %s", dir)

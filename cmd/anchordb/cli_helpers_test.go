@@ -20,6 +20,10 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(signalHelperEnv) != "" {
+		signalHelper(os.Getenv(signalHelperEnv)) // a child of TestSecondSignalExitsAtOnce
+		return
+	}
 	dir, err := os.MkdirTemp("", "anchordb-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -13,6 +13,10 @@
 // a get of a missing key, INT_*, AUTH_*); 2 usage, I/O or bad input. An error
 // prints {"error":{"code","reason","message",…}} on stdout with --json, else
 // one line on stderr (also with --json when stdout itself has failed).
+//
+// SIGINT or SIGTERM cancels the command, which stops at its next check,
+// closes the database cleanly and exits 2 (IO_001 "interrupted"); a second
+// one while it stops exits at once, also 2 (see interruptContext).
 package main
 
 import (
@@ -173,10 +177,57 @@ func main() {
 	// Report a closed stdout as an error (and stop) instead of dying by
 	// SIGPIPE with the database open.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptContext(os.Stderr)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// interruptContext returns a context that the first SIGINT or SIGTERM
+// cancels: the command stops at its next check and closes the database
+// cleanly (an interrupted command exits 2, IO_001 "interrupted"). A second
+// one while the first is being handled ends the process at once, with exit
+// status 2 (SPEC §10 has no other status for it; an interrupt is an I/O
+// failure to the caller either way) and a line on stderr: for a process the
+// first could not stop, such as one blocked in a system call that no
+// context reaches. The database is then not closed; the kernel drops its
+// lock, and the next open recovers it as after a crash. stop ends the
+// watch.
+func interruptContext(stderr io.Writer) (ctx context.Context, stop func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+		case <-done:
+			return
+		}
+		cancel()
+		select {
+		case s := <-sigs:
+			fmt.Fprintf(stderr, "anchordb: second %s: exiting at once, without closing the database (the next open recovers it)\n", signalName(s))
+			os.Exit(exitUsage)
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel()
+	}
+}
+
+// signalName names SIGINT and SIGTERM as a shell user knows them.
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
 }
 
 // run runs one command line and returns the exit status.
@@ -387,6 +438,8 @@ func mainUsage() string {
 	b.WriteString(globalFlagUsages())
 	b.WriteString("\nexit status: 0 ok; 1 an integrity or conflict finding (refused append, missing key);\n")
 	b.WriteString("2 usage, I/O or bad input.\n\n")
+	b.WriteString("SIGINT or SIGTERM stops a command cleanly (exit 2, IO_001 interrupted); a second one\n")
+	b.WriteString("while it stops exits at once (exit 2), leaving the database for the next open to recover.\n\n")
 	b.WriteString("Run 'anchordb help COMMAND' for a command's flags.\n")
 	return b.String()
 }

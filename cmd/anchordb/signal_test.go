@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -212,5 +216,103 @@ func TestSnapshotVerifyNotARegularFile(t *testing.T) {
 		r := runWithin(t, 10*time.Second, "--dir", dir, "--json", "snapshot", "verify", p)
 		wantCode(t, r, 2)
 		errObj(t, r, "INPUT_001")
+	}
+}
+
+// signalHelperEnv, set in a child's environment, makes the test binary run
+// signalHelper instead of the tests: the signal handling of main, with the
+// command stuck where no context reaches it.
+const signalHelperEnv = "ANCHORDB_SIGNAL_HELPER"
+
+// signalHelper installs main's signal handling, says "ready", and after the
+// first signal says "cancelled" and blocks in the open of the FIFO at
+// fifo, which no writer opens: as Open did on a FIFO in the database's own
+// tree before that was fixed, and as any system call no context reaches
+// would.
+func signalHelper(fifo string) {
+	ctx, stop := interruptContext(os.Stderr)
+	defer stop()
+	fmt.Println("ready")
+	<-ctx.Done()
+	fmt.Println("cancelled")
+	f, err := os.Open(fifo)
+	if err == nil {
+		f.Close()
+	}
+	fmt.Println("the open returned")
+	os.Exit(0)
+}
+
+// TestSecondSignalExitsAtOnce: the first SIGINT or SIGTERM cancels the
+// command's context (it closes the database and exits cleanly); a second
+// one while the first is being handled ends the process at once, with exit
+// status 2 and a line on stderr that says so, even with the command stuck
+// in a system call (here the open of a FIFO) that the first could not end.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	for _, sigs := range [][2]syscall.Signal{
+		{syscall.SIGINT, syscall.SIGINT},
+		{syscall.SIGTERM, syscall.SIGTERM},
+		{syscall.SIGINT, syscall.SIGTERM},
+	} {
+		name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}
+		t.Run(name[sigs[0]]+"+"+name[sigs[1]], func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "fifo")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Skipf("mkfifo: %v", err)
+			}
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(os.Environ(), signalHelperEnv+"="+fifo)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			lines := bufio.NewScanner(stdout)
+			expect := func(want string) {
+				t.Helper()
+				if !lines.Scan() || lines.Text() != want {
+					_ = cmd.Process.Kill()
+					t.Fatalf("child said %q (%v); want %q\nstderr: %s", lines.Text(), lines.Err(), want, errb.String())
+				}
+			}
+			expect("ready")
+			if err := cmd.Process.Signal(sigs[0]); err != nil {
+				t.Fatal(err)
+			}
+			expect("cancelled")
+			go func() {
+				for lines.Scan() {
+				}
+				done <- cmd.Wait()
+			}()
+			select {
+			case err := <-done:
+				t.Fatalf("the child ended after one signal, stuck as it was: %v", err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := cmd.Process.Signal(sigs[1]); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+					t.Fatalf("exit %v; want status 2\nstderr: %s", err, errb.String())
+				}
+				want := "anchordb: second " + name[sigs[1]] + ": exiting at once"
+				if !strings.Contains(errb.String(), want) {
+					t.Fatalf("stderr %q; want %q", errb.String(), want)
+				}
+			case <-time.After(5 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+				t.Fatalf("still running 5 s after the second signal\nstderr: %s", errb.String())
+			}
+		})
 	}
 }

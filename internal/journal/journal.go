@@ -38,6 +38,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -88,9 +89,11 @@ func parseFileName(name string) (uint64, bool) {
 	return g, err == nil && FileName(g) == name
 }
 
-// List returns the generations present in dir, ascending.
+// List returns the generations present in dir, ascending. A dir that is
+// not a directory (a FIFO, whose list would block) is an
+// *fsutil.EntryError.
 func List(fs vfs.FS, dir string) ([]uint64, error) {
-	names, err := fs.List(dir)
+	names, err := fsutil.List(fs, dir)
 	if err != nil {
 		if errors.Is(err, vfsNotExist) || isNotExist(err) {
 			return nil, nil
@@ -468,7 +471,10 @@ func (w *Writer) Close() error {
 	return errors.Join(err, w.file.Close())
 }
 
-// RemoveBefore deletes every journal file older than gen.
+// RemoveBefore deletes every journal file older than gen. An entry of such
+// a name that is not a regular file (a directory, a FIFO, a link to
+// nothing) is no file the journal wrote: it is left as it is, and, older
+// than gen, it is never read.
 func RemoveBefore(fs vfs.FS, dir string, gen uint64) error {
 	gens, err := List(fs, dir)
 	if err != nil {
@@ -478,7 +484,14 @@ func RemoveBefore(fs vfs.FS, dir string, gen uint64) error {
 		if g >= gen {
 			break
 		}
-		if err := fs.Remove(fs.PathJoin(dir, FileName(g))); err != nil && !isNotExist(err) {
+		p := fs.PathJoin(dir, FileName(g))
+		if _, err := fsutil.Regular(fs, p, true); err != nil {
+			if fsutil.IsEntryError(err) {
+				continue
+			}
+			return err
+		}
+		if err := fs.Remove(p); err != nil && !isNotExist(err) {
 			return err
 		}
 	}
@@ -504,10 +517,12 @@ type Tail struct {
 
 // ReadFile reads the blocks of generation gen from offset from, calling fn
 // for each. It stops at the end of the file or the first block that is short
-// or fails its checksum, and says which in the returned Tail.
+// or fails its checksum, and says which in the returned Tail. A file that
+// is not a regular file (a FIFO, whose open would block, a directory, a
+// dangling link) is not opened: the error is an *fsutil.EntryError.
 func ReadFile(fs vfs.FS, dir string, gen uint64, from int64, fn func(Block) error) (Tail, error) {
 	path := fs.PathJoin(dir, FileName(gen))
-	f, err := fs.Open(path)
+	f, err := fsutil.Open(fs, path, true)
 	if err != nil {
 		return Tail{}, fmt.Errorf("open journal %s: %w", path, err)
 	}
