@@ -357,7 +357,7 @@ func TestAdmissionProperties(t *testing.T) {
 		for step := 0; step < steps; step++ {
 			switch rapid.IntRange(0, 9).Draw(rt, "action") {
 			case 0: // crash and reopen
-				crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+				crashed := crashClone(mem, vfs.CrashCloneCfg{})
 				_ = db.Close()
 				mem = crashed
 				opts.FS = mem

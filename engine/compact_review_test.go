@@ -607,7 +607,7 @@ func TestCreateSnapshotLeavesNoUnauditedFile(t *testing.T) {
 		}
 		return nil
 	})
-	fs := errorfs.Wrap(mem, inj)
+	fs := errorfs.Wrap(lockOrdered(mem), inj)
 	db, err := Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
 	if err != nil {
 		t.Fatal(err)

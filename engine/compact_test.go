@@ -222,12 +222,12 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 		// compaction is what this test is about.
 		if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 			mu.Lock()
-			clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
+			clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
 			mu.Unlock()
 		}
 		return nil
 	})
-	db, err := Open("db", fixtureOptions(errorfs.Wrap(mem, inj)))
+	db, err := Open("db", fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj)))
 	if err != nil {
 		t.Fatal(err)
 	}

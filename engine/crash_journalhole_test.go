@@ -81,13 +81,13 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 			// seal, made once the journal block holding the seal and N+1's
 			// first record is out: the power fails here.
 			if writes.Add(1) == 2 {
-				durable = mem.CrashClone(vfs.CrashCloneCfg{})
-				kept = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
+				durable = crashClone(mem, vfs.CrashCloneCfg{})
+				kept = crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
 			}
 		}
 		return nil
 	})
-	db := mustOpen(t, errorfs.Wrap(mem, inj), opts)
+	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), opts)
 	i := 0
 	appendOne := func() anchorHead {
 		t.Helper()

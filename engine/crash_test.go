@@ -47,14 +47,14 @@ func runCrashWorkload(t *testing.T, writers, perWriter, every int, pct int, noSy
 		}
 		acked := acks.snapshot()
 		rngMu.Lock()
-		clone := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))})
+		clone := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))})
 		rngMu.Unlock()
 		mu.Lock()
 		points = append(points, crashPoint{op: n, fs: clone, acked: acked})
 		mu.Unlock()
 		return nil
 	})
-	fs := errorfs.Wrap(mem, inj)
+	fs := errorfs.Wrap(lockOrdered(mem), inj)
 	db, err := Open("db", crashOptions(fs, noSync))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func runCrashWorkload(t *testing.T, writers, perWriter, every int, pct int, noSy
 		t.Fatal(err)
 	}
 	// The final state, after a clean close, is a crash point too.
-	points = append(points, crashPoint{op: ops.Load() + 1, fs: mem.CrashClone(vfs.CrashCloneCfg{}), acked: acks.snapshot()})
+	points = append(points, crashPoint{op: ops.Load() + 1, fs: crashClone(mem, vfs.CrashCloneCfg{}), acked: acks.snapshot()})
 	return points
 }
 

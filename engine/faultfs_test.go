@@ -125,7 +125,7 @@ func (fs *faultFS) rewritten(path string, off int64, n int) {
 
 // poisonFile records that an fsync of path failed now.
 func (fs *faultFS) poisonFile(path string) {
-	durable, _ := readMemFile(fs.mem.CrashClone(vfs.CrashCloneCfg{}), path)
+	durable, _ := readMemFile(crashClone(fs.mem, vfs.CrashCloneCfg{}), path)
 	live, err := readMemFile(fs.mem, path)
 	if err != nil {
 		return
@@ -161,7 +161,7 @@ func (fs *faultFS) crashState(pct int, seed uint64) *vfs.MemFS {
 	} else if pct == 100 {
 		cfg.RNG = newRand(seed) // unused draws: every block is kept
 	}
-	clone := fs.mem.CrashClone(cfg)
+	clone := crashClone(fs.mem, cfg)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	paths := make([]string, 0, len(fs.poisoned))
@@ -374,7 +374,7 @@ func (fs *faultFS) Lock(name string) (io.Closer, error) {
 	if err := fs.maybe(errorfs.Op{Kind: errorfs.OpLock, Path: name}); err != nil {
 		return nil, err
 	}
-	return fs.mem.Lock(name)
+	return lockOrdered(fs.mem).Lock(name)
 }
 
 // List implements vfs.FS.

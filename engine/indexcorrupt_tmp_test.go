@@ -17,11 +17,11 @@ func TestIndexCorruptMarkerTmpRemoved(t *testing.T) {
 	var clone *vfs.MemFS
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if op.Kind == errorfs.OpRename && strings.HasSuffix(op.Path, IndexCorruptMarker+".tmp") && clone == nil {
-			clone = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+			clone = crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 		}
 		return nil
 	})
-	fs := errorfs.Wrap(mem, inj)
+	fs := errorfs.Wrap(lockOrdered(mem), inj)
 	db := mustOpen(t, fs, crashOptions(fs, false))
 	raiseCorruption(db)
 	_ = db.Close()

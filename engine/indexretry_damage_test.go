@@ -28,7 +28,7 @@ func TestIndexRetryKeepsDamage(t *testing.T) {
 	if err := db.settle(); err != nil {
 		t.Fatal(err)
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	segs := segmentFiles(t, crashed, "db", "a")
 	newest := segs[len(segs)-1]
@@ -51,7 +51,7 @@ func TestIndexRetryKeepsDamage(t *testing.T) {
 		}
 		return false
 	}
-	plain := crashed.CrashClone(vfs.CrashCloneCfg{})
+	plain := crashClone(crashed, vfs.CrashCloneCfg{})
 	db = mustOpen(t, plain, crashOptions(plain, false))
 	if !damaged(db) {
 		t.Fatalf("scenario: no damage without the retry: %v", db.RecoveryReport().Events)

@@ -33,7 +33,7 @@ func TestIndexRetryGateHoldsAfterServeError(t *testing.T) {
 		}
 		return nil
 	})
-	fs := &closeHookFS{FS: errorfs.Wrap(mem, inj), onClose: func(name string) {
+	fs := &closeHookFS{FS: errorfs.Wrap(lockOrdered(mem), inj), onClose: func(name string) {
 		if strings.HasPrefix(name, "db/journal/") && phase.CompareAndSwap(1, 2) {
 			(*handler.Load())(info) // the first try failing, index not yet closed
 		}

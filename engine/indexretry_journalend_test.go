@@ -25,7 +25,7 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	gens, err := journal.List(crashed, "db/journal")
 	if err != nil || len(gens) == 0 {
@@ -35,7 +35,7 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 	patchFile(t, crashed, newest, func(b []byte) []byte { return b[:len(b)-3] })
 
 	// Without the gate: the report names the torn journal.
-	plain := crashed.CrashClone(vfs.CrashCloneCfg{})
+	plain := crashClone(crashed, vfs.CrashCloneCfg{})
 	db = mustOpen(t, plain, crashOptions(plain, false))
 	has := func(db *DB, kind string) bool {
 		for _, ev := range db.RecoveryReport().Events {

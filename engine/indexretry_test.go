@@ -94,7 +94,7 @@ func TestIndexMoveAsideFailureIsIO(t *testing.T) {
 		}
 		return nil
 	})
-	_, err := Open("db", crashOptions(errorfs.Wrap(mem, inj), false))
+	_, err := Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), inj), false))
 	if !errors.Is(err, failed) {
 		t.Fatalf("want the rename failure, got %v", err)
 	}
@@ -237,7 +237,7 @@ func TestIndexRetryReportsFirstTryCuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	db = mustOpen(t, mem, crashOptions(mem, false))
-	unclean := mem.CrashClone(vfs.CrashCloneCfg{})
+	unclean := crashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 
 	// The anchor recovery reconciles first gets a torn tail (2 bytes), so

@@ -117,7 +117,7 @@ func TestIndexIOErrorIsNotUnreadable(t *testing.T) {
 		}
 		return nil
 	})
-	_, err := Open("db", crashOptions(errorfs.Wrap(mem, inj), false))
+	_, err := Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), inj), false))
 	if err == nil || CodeOf(err) != errs.CodeWriteFailed || !errors.Is(err, failed) {
 		t.Fatalf("open with a failing index read: want IO_001 wrapping the failure, got %v", err)
 	}
@@ -282,7 +282,7 @@ func TestCorruptIndexBlock(t *testing.T) {
 			}
 			return nil
 		})
-		fs := errorfs.Wrap(mem, inj)
+		fs := errorfs.Wrap(lockOrdered(mem), inj)
 		db := mustOpen(t, fs, crashOptions(fs, false))
 		defer db.Close()
 		raiseCorruption(db)

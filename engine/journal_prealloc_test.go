@@ -40,7 +40,7 @@ func TestJournalPreallocation(t *testing.T) {
 	if want := end + journal.DefaultPrealloc/64/2; size < want {
 		t.Fatalf("journal file is %d bytes with blocks to %d; want at least %d", size, end, want)
 	}
-	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(fs, vfs.CrashCloneCfg{})
 	_ = db.Close()
 
 	db = mustOpen(t, crashed, memOpts(crashed))

@@ -661,7 +661,7 @@ func (mm *modelMachine) CrashReopen(t *rapid.T) {
 		mm.logf("sync")
 	}
 	mm.unsynced = false
-	clone := mm.mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	clone := crashClone(mm.mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 	// The old process is gone: release it without letting it touch the clone.
 	_ = mm.db.Close()
 	mm.mem = clone

@@ -158,7 +158,7 @@ func TestRebuildAfterCrashKeepsJournaledAppends(t *testing.T) {
 		}
 		acks.add(e, r)
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 
 	plan, err := RebuildIndexWith(ctx, "db", Options{FS: crashed}, RebuildOptions{Apply: true})

@@ -287,7 +287,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 			}
 			if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 				mu.Lock()
-				clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
+				clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
 				mu.Unlock()
 			}
 			return nil
@@ -465,7 +465,7 @@ func TestAbandonedRebuildLeavesNothingRunning(t *testing.T) {
 		}
 		return nil
 	})
-	opts := Options{FS: errorfs.Wrap(mem, inj)}
+	opts := Options{FS: errorfs.Wrap(lockOrdered(mem), inj)}
 	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 	if err != nil {
 		t.Fatal(err)
@@ -519,7 +519,7 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 				}
 				return nil
 			})
-			opts := fixtureOptions(errorfs.Wrap(mem, inj))
+			opts := fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj))
 			_, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 			if err != nil && errs.CodeOf(err) == "" {
 				t.Fatalf("op %d: an uncoded error: %v", i, err)

@@ -55,7 +55,7 @@ func TestCrashAfterCompactionWithUnsettledJournal(t *testing.T) {
 			if err != nil || res.RemovedBytes == 0 {
 				t.Fatalf("compact: %+v %v", res, err)
 			}
-			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+			crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 			_ = db.Close()
 
 			db2, err := Open("db", Options{FS: crashed, SegmentSize: 1024})
@@ -134,7 +134,7 @@ func TestRebuildAfterKillThenPowerLoss(t *testing.T) {
 			if _, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: fromSnapshot}); err != nil {
 				t.Fatalf("rebuild-index: %v", err)
 			}
-			crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 			db2, err := Open("db", Options{FS: crashed})
 			if err != nil {
 				t.Fatalf("open: %v", err)
@@ -180,7 +180,7 @@ func TestDamagedAnchorStillAdvancesTheClock(t *testing.T) {
 	if _, err := db.Compact(ctx, snapshot.DefaultPolicy(), CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 	_ = db.Close()
 	// A bit flip in the seal of anchor a's first (sealed) segment: damage.
 	seg1 := crashed.PathJoin(segment.AnchorDir(crashed, "db", "a"), segment.FileName(1))

@@ -35,7 +35,7 @@ func TestReviewCheckpointSignsOnlyDurableRecords(t *testing.T) {
 		t.Fatalf("the checkpoint lists %d records of a, want 10", e.Size)
 	}
 	// Power loss: only what was fsynced survives.
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	db = mustOpen(t, crashed, Options{FS: crashed, SegmentSize: 4096})
 	defer func() { _ = db.Close() }()

@@ -74,7 +74,7 @@ func TestKillThenPowerLossAfterRecoveryKeepsNewSegments(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 				if !closeFirst {
 					killDB(t, db)
 				}
@@ -129,11 +129,11 @@ func TestKillThenCrashDuringRecovery(t *testing.T) {
 			killQuiesced(t, db)
 
 			cc := newCloneEveryWrite(mem, 0, uint64(n), 1)
-			db, err = Open("db", crashOptions(errorfs.Wrap(mem, cc), noSync))
+			db, err = Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), cc), noSync))
 			if err != nil {
 				t.Fatalf("n=%d noSync=%v: open after kill: %v", n, noSync, err)
 			}
-			clones := append(cc.take(), mem.CrashClone(vfs.CrashCloneCfg{}))
+			clones := append(cc.take(), crashClone(mem, vfs.CrashCloneCfg{}))
 			killQuiesced(t, db)
 			for i, fs := range clones {
 				what := fmt.Sprintf("n=%d noSync=%v: kill, then power loss at write %d of %d of recovery", n, noSync, i+1, len(clones))
@@ -192,7 +192,7 @@ func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 		}
 		return nil
 	})
-	db := mustOpen(t, errorfs.Wrap(mem, inj), opts)
+	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), opts)
 	var acked []Receipt
 	i := 0
 	appendOne := func() anchorHead {
@@ -236,7 +236,7 @@ func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 		t.Fatalf("open after kill: %v", err)
 	}
 	t.Logf("recovery after the kill: %v", db.RecoveryReport().Events)
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{})
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}

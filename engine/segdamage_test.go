@@ -199,7 +199,7 @@ func TestSplicedFrames(t *testing.T) {
 		if err := db.Sync(); err != nil {
 			t.Fatal(err)
 		}
-		crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
+		crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
 		_ = db.Close()
 		bSegs := segmentFiles(t, crashed, "db", "splice-b")
 		aSegs := segmentFiles(t, crashed, "db", "splice-a")
@@ -265,7 +265,7 @@ func uncleanWithSealed(t *testing.T, settled bool) (*vfs.MemFS, []ackedEntry) {
 	if err := db.awaitVisible(ctx); err != nil {
 		t.Fatal(err)
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(3)})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(3)})
 	_ = db.Close()
 	return crashed, acks.snapshot()
 }
@@ -429,7 +429,7 @@ func TestSealingBoundary(t *testing.T) {
 			reopen := func() {
 				t.Helper()
 				if crash {
-					next := mem.CrashClone(vfs.CrashCloneCfg{})
+					next := crashClone(mem, vfs.CrashCloneCfg{})
 					_ = db.Close()
 					mem = next
 				} else if err := db.Close(); err != nil {
@@ -513,7 +513,7 @@ func TestCrashAfterSeal(t *testing.T) {
 		}
 		acks.add(e, r)
 	}
-	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	db = mustOpen(t, crashed, opts)
 	defer db.Close()
@@ -557,7 +557,7 @@ func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 			t.Fatalf("open %d: the torn newest segment of a damaged anchor changed: %q %v", i+1, data, err)
 		}
 		// Leave the next Open unclean, so that it reconciles again.
-		crashed := mem.CrashClone(vfs.CrashCloneCfg{})
+		crashed := crashClone(mem, vfs.CrashCloneCfg{})
 		_ = db.Close()
 		mem = crashed
 	}
@@ -591,7 +591,7 @@ func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 // found by recovering a copy.
 func nextSegmentPath(t *testing.T, mem *vfs.MemFS, anchor string) string {
 	t.Helper()
-	c := mem.CrashClone(vfs.CrashCloneCfg{})
+	c := crashClone(mem, vfs.CrashCloneCfg{})
 	db, err := Open("db", Options{FS: c, SegmentSize: 4096})
 	if err != nil {
 		t.Fatal(err)

@@ -139,10 +139,10 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 	// A crash (the database is never closed), then the active segment of a1
 	// cut inside a record the index has: recovery reports it and marks a1
 	// read-only.
-	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	crashed := crashClone(fs, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	e, _, err := func() (seqEntry, bool, error) {
-		probe := mustOpen(t, fs.CrashClone(vfs.CrashCloneCfg{}), memOpts(nil))
+		probe := mustOpen(t, crashClone(fs, vfs.CrashCloneCfg{}), memOpts(nil))
 		defer probe.Close()
 		return probe.seqEntry("a1", 45)
 	}()

@@ -291,7 +291,7 @@ func TestReadsFailUntilReopenAfterApplierFailure(t *testing.T) {
 		}
 		return nil
 	})
-	db := mustOpen(t, errorfs.Wrap(mem, inj), Options{SegmentSize: 1024})
+	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), Options{SegmentSize: 1024})
 	big := make([]byte, 900)
 	if _, err := db.Put(ctx, "other", []byte("k0"), []byte("v0")); err != nil {
 		t.Fatal(err)
