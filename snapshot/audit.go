@@ -141,6 +141,18 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 	if e.Hash != stored {
 		return e, errors.New("line carries two hashes")
 	}
+	// NB: the hash binds the bytes, not one reading of them. Go's decoder
+	// matches field names in any case and lets a repeated field win, so a
+	// line could say one action to a case-sensitive reader and another to
+	// the engine. Every entry has one encoding (FORMAT.md §9, "Line
+	// layout"), and a line in any other is not one the database wrote.
+	if _, off := e.Time.Zone(); off != 0 {
+		return e, errors.New("time is not in UTC")
+	}
+	re := e
+	if canon, err := encodeAuditLine(&re); err != nil || !bytes.Equal(canon, line) {
+		return e, errors.New("line is not in the canonical encoding")
+	}
 	return e, nil
 }
 
