@@ -42,3 +42,26 @@ func TestAuditLineNotCanonical(t *testing.T) {
 		wantCode(t, err, errs.CodeChainBroken)
 	}
 }
+
+// TestAuditAppendRefusesInvalidUTF8: json.Marshal writes a byte that is not
+// UTF-8 as \ufffd, which does not re-encode to itself, so the line would be
+// refused on reading — taken for a torn append and written over, though
+// Append acknowledged it. Append refuses such an entry instead (INPUT_001);
+// every string the engine audits is UTF-8 already. Found by FuzzAuditLog
+// (testdata/fuzz/FuzzAuditLog/35ea472ef94cf0f9).
+func TestAuditAppendRefusesInvalidUTF8(t *testing.T) {
+	fs := vfs.NewMem()
+	writeAuditLog(t, fs, 1)
+	for _, e := range []AuditEntry{
+		{Action: "x", Note: "\x84"},
+		{Action: "x", Added: []AuditItem{{Kind: "snapshot", Name: "a\xff.snap"}}},
+		{Action: "x", Removed: []AuditItem{{Kind: "cut", Anchor: "\xc3"}}},
+	} {
+		_, err := Append(fs, auditPath, e)
+		wantCode(t, err, errs.CodeInvalidInput)
+		head, err := VerifyAudit(fs, auditPath)
+		if err != nil || head.Lines != 1 || head.Torn != 0 {
+			t.Fatalf("after a refused append: %+v, %v", head, err)
+		}
+	}
+}
