@@ -231,7 +231,7 @@ func fuzzAuditFile(t *testing.T, in []byte) ([]byte, int) {
 			if errs.CodeOf(err) != errs.CodeInvalidInput || utf8.Valid(chunk[1:]) {
 				t.Fatalf("encode entry %+v: %v", e, err)
 			}
-			e = fuzzAuditEntry(i, bytes.ToValidUTF8(chunk, []byte("\uFFFD")))
+			e = fuzzAuditEntry(i, append([]byte{chunk[0]}, bytes.ToValidUTF8(chunk[1:], []byte("\uFFFD"))...))
 			e.Prev = prev
 			if line, err = encodeAuditLine(&e); err != nil {
 				t.Fatalf("encode entry %+v: %v", e, err)
