@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -179,15 +180,16 @@ func fuzzRecord(t testing.TB, anchor string, seq uint64) *segment.Record {
 	return rec
 }
 
-// TestWriteIndexRowsCorpus writes FuzzIndexRows' committed corpus from a
-// real database: a few rows of every table, every meta row FuzzIndexRows
-// decodes, and journal block payloads. It runs only when
+// TestWriteFuzzCorpora writes the real-* files of FuzzIndexRows' committed
+// corpus from a database that was compacted and truncated — a few rows of
+// every table, the meta rows FuzzIndexRows decodes, journal block payloads —
+// and of FuzzAuditLog's (in snapshot) from its audit log. It runs only when
 // ANCHORDB_WRITE_FUZZ_CORPUS is set:
 //
-//	ANCHORDB_WRITE_FUZZ_CORPUS=1 go test ./engine -run '^TestWriteIndexRowsCorpus$'
-func TestWriteIndexRowsCorpus(t *testing.T) {
+//	ANCHORDB_WRITE_FUZZ_CORPUS=1 go test ./engine -run '^TestWriteFuzzCorpora$'
+func TestWriteFuzzCorpora(t *testing.T) {
 	if os.Getenv("ANCHORDB_WRITE_FUZZ_CORPUS") == "" {
-		t.Skip("set ANCHORDB_WRITE_FUZZ_CORPUS to write testdata/fuzz/FuzzIndexRows")
+		t.Skip("set ANCHORDB_WRITE_FUZZ_CORPUS to write the real-* fuzz corpus files")
 	}
 	ctx := context.Background()
 	fs := vfs.NewMem()
@@ -239,16 +241,33 @@ func TestWriteIndexRowsCorpus(t *testing.T) {
 	if err := db.flushIndex(); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join("testdata", "fuzz", "FuzzIndexRows")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name string, k, v []byte) {
-		body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(k)) + ")\n[]byte(" + strconv.Quote(string(v)) + ")\n"
+	writeCorpus := func(dir, name string, args ...[]byte) {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		body := "go test fuzz v1\n"
+		for _, a := range args {
+			body += "[]byte(" + strconv.Quote(string(a)) + ")\n"
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// FuzzAuditLog's mode 0 (first byte 0) takes the rest as the file.
+	auditLog, err := fs.Open(db.AuditPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logBytes, err := io.ReadAll(auditLog)
+	auditLog.Close()
+	if err != nil || bytes.Count(logBytes, []byte{'\n'}) < 2 {
+		t.Fatalf("audit log of %d bytes: %v", len(logBytes), err)
+	}
+	auditDir := filepath.Join("..", "snapshot", "testdata", "fuzz", "FuzzAuditLog")
+	writeCorpus(auditDir, "real-audit-log", append([]byte{0}, logBytes...))
+	writeCorpus(auditDir, "real-audit-log-torn", append([]byte{0}, logBytes[:len(logBytes)-40]...))
+	dir := filepath.Join("testdata", "fuzz", "FuzzIndexRows")
+	write := func(name string, k, v []byte) { writeCorpus(dir, name, k, v) }
 	it, err := db.index.NewIter(&pebble.IterOptions{})
 	if err != nil {
 		t.Fatal(err)
