@@ -43,7 +43,10 @@ bench:
 	sh bench/ratios.sh bench/results/go-bench.txt | tee bench/results/go-ratios.txt
 	cd bench/peers && $(GO) run ./cmd/peerbench --count $(BENCHCOUNT) --out ../results | tee ../results/peers-table.txt
 
-FUZZPKGS := ./fuzz/ ./cmd/anchordb/
+## Packages with Fuzz targets: fuzz/ holds those that reach exported API;
+## a target that needs a package's unexported codecs lives in that package
+## (FUZZING.md says which).
+FUZZPKGS := ./fuzz/ ./cmd/anchordb/ ./snapshot/ ./engine/
 
 ## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=10m).
 ## fuzz/run.sh reruns a target that hit Go 1.26's -fuzztime deadline race

@@ -731,14 +731,27 @@ func loadHistoryFrom(r pebble.Reader) (map[string]uint64, error) {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
 	defer closer.Close()
+	return decodeHistoryFrom(v)
+}
+
+// decodeHistoryFrom decodes a metaHistoryFrom row: per anchor, in ascending
+// order of id, u8 len ‖ id ‖ u64 seq. It accepts only what
+// encodeHistoryFrom writes: an id repeated, out of order or empty is a
+// damaged row (INT_004), not one to read with the last value winning.
+func decodeHistoryFrom(v []byte) (map[string]uint64, error) {
 	out := map[string]uint64{}
+	var last []byte
 	for len(v) > 0 {
 		n := int(v[0])
-		if len(v) < 1+n+8 {
+		if n == 0 || len(v) < 1+n+8 {
 			return nil, errs.New(errs.CodeIndexMismatch, "malformed %s row", metaHistoryFrom)
 		}
-		out[string(v[1:1+n])] = be.Uint64(v[1+n:])
-		v = v[1+n+8:]
+		id := v[1 : 1+n]
+		if last != nil && bytes.Compare(id, last) <= 0 {
+			return nil, errs.New(errs.CodeIndexMismatch, "%s row lists anchor %q after %q", metaHistoryFrom, id, last)
+		}
+		out[string(id)] = be.Uint64(v[1+n:])
+		last, v = id, v[1+n+8:]
 	}
 	return out, nil
 }

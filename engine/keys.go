@@ -294,7 +294,13 @@ func decodeVersionEntry(b []byte) (versionEntry, error) {
 	v.Segno = be.Uint64(b[p:])
 	v.Offset = int64(be.Uint64(b[p+8:]))
 	v.Size = be.Uint32(b[p+16:])
-	v.Inline = b[p+20] == 1
+	switch b[p+20] {
+	case 0:
+	case 1:
+		v.Inline = true
+	default:
+		return v, fmt.Errorf("version entry inline flag %d", b[p+20])
+	}
 	if v.Inline {
 		v.Value = b[versionFixed:]
 	} else if len(b) != versionFixed {

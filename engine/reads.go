@@ -356,8 +356,9 @@ func (db *DB) retained(anchor string, seq uint64, hash segment.Hash) (segment.Re
 		return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
 	defer closer.Close()
-	rec, _, err := segment.ParseFrame(anchor, v)
-	if err != nil || rec.Seq != seq || rec.Hash != hash {
+	// The row is one frame, nothing after it (verify checks the same).
+	rec, n, err := segment.ParseFrame(anchor, v)
+	if err != nil || n != len(v) || rec.Seq != seq || rec.Hash != hash {
 		e := errs.New(errs.CodeIndexMismatch, "the kept copy of record %d of anchor %q does not match its row", seq, anchor)
 		e.Anchor, e.Seq = anchor, seq
 		return segment.Record{}, e

@@ -9,6 +9,7 @@ import (
 	"io"
 	"iter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
@@ -94,6 +95,12 @@ type AuditHead struct {
 
 // encodeAuditLine fills e.Hash and returns the line without its newline.
 func encodeAuditLine(e *AuditEntry) ([]byte, error) {
+	// NB: json.Marshal writes a byte that is not UTF-8 as \ufffd, which
+	// decodes to U+FFFD, which Marshal writes raw: such a line does not
+	// re-encode to itself, and decodeAuditLine refuses it.
+	if s, ok := invalidUTF8(e); !ok {
+		return nil, errs.New(errs.CodeInvalidInput, "audit: entry field %q is not valid UTF-8", s)
+	}
 	b := auditBody{Seq: e.Seq, Time: e.Time, PolicyRef: e.PolicyRef, Action: e.Action,
 		Removed: e.Removed, Added: e.Added, Note: e.Note, Prev: e.Prev}
 	if b.Removed == nil {
@@ -111,6 +118,23 @@ func encodeAuditLine(e *AuditEntry) ([]byte, error) {
 	line := append(body, `,"hash":"`...)
 	line = append(line, e.Hash.String()...)
 	return append(line, '"', '}'), nil
+}
+
+// invalidUTF8 returns the first string of e that is not valid UTF-8, and
+// false; or true when all are.
+func invalidUTF8(e *AuditEntry) (string, bool) {
+	strs := []string{e.PolicyRef, e.Action, e.Note}
+	for _, items := range [][]AuditItem{e.Removed, e.Added} {
+		for _, it := range items {
+			strs = append(strs, it.Kind, it.Name, it.Anchor)
+		}
+	}
+	for _, s := range strs {
+		if !utf8.ValidString(s) {
+			return s, false
+		}
+	}
+	return "", true
 }
 
 // hashSuffixLen is len(`,"hash":"blake3:<64 hex>"}`).
@@ -141,6 +165,18 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 	}
 	if e.Hash != stored {
 		return e, errors.New("line carries two hashes")
+	}
+	// NB: the hash binds the bytes, not one reading of them. Go's decoder
+	// matches field names in any case and lets a repeated field win, so a
+	// line could say one action to a case-sensitive reader and another to
+	// the engine. Every entry has one encoding (FORMAT.md §9, "Line
+	// layout"), and a line in any other is not one the database wrote.
+	if _, off := e.Time.Zone(); off != 0 {
+		return e, errors.New("time is not in UTC")
+	}
+	re := e
+	if canon, err := encodeAuditLine(&re); err != nil || !bytes.Equal(canon, line) {
+		return e, errors.New("line is not in the canonical encoding")
 	}
 	return e, nil
 }

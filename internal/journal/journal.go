@@ -69,12 +69,17 @@ func (p Pos) AppendBinary(dst []byte) []byte {
 	return be.AppendUint64(dst, uint64(p.Off))
 }
 
-// DecodePos decodes 16 bytes written by AppendBinary.
+// DecodePos decodes the 16 bytes AppendBinary writes; any other length,
+// or an offset that is negative, is an error.
 func DecodePos(b []byte) (Pos, error) {
-	if len(b) < 16 {
+	if len(b) != 16 {
 		return Pos{}, fmt.Errorf("journal position of %d bytes", len(b))
 	}
-	return Pos{Gen: be.Uint64(b), Off: int64(be.Uint64(b[8:]))}, nil
+	p := Pos{Gen: be.Uint64(b), Off: int64(be.Uint64(b[8:]))}
+	if p.Off < 0 {
+		return Pos{}, fmt.Errorf("journal position at offset %d", p.Off)
+	}
+	return p, nil
 }
 
 // FileName is the name of journal file gen.

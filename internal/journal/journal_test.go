@@ -436,3 +436,21 @@ func failingFS(kind errorfs.OpKind, msg string) (mem *vfs.MemFS, fs vfs.FS, fail
 	}))
 	return mem, fs, fail
 }
+
+// TestDecodePosExact: a position is the 16 bytes AppendBinary writes, at an
+// offset that is not negative. A longer one (the engine's settle-point row,
+// damaged) was read from its first 16 bytes, hiding the damage, and one with
+// the offset's top bit set read as a negative offset. Found writing
+// FuzzIndexRows.
+func TestDecodePosExact(t *testing.T) {
+	b := Pos{Gen: 3, Off: 4096}.AppendBinary(nil)
+	if p, err := DecodePos(b); err != nil || p != (Pos{Gen: 3, Off: 4096}) {
+		t.Fatalf("as encoded: %+v, %v", p, err)
+	}
+	neg := Pos{Gen: 3, Off: -1}.AppendBinary(nil)
+	for _, bad := range [][]byte{b[:15], append(b, 0), nil, neg} {
+		if p, err := DecodePos(bad); err == nil {
+			t.Errorf("%x: decoded as %+v", bad, p)
+		}
+	}
+}
