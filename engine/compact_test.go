@@ -240,7 +240,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 	_ = db.Close()
 	t.Logf("%d crash points", len(clones))
 	for i, c := range clones {
-		if i%raceStride(8) != 0 && i != len(clones)-1 {
+		if i%raceStride(16) != 0 && i != len(clones)-1 {
 			continue
 		}
 		db, err := Open("db", fixtureOptions(c))

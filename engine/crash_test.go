@@ -111,7 +111,7 @@ func checkCrashPoint(t *testing.T, p crashPoint, noSync bool) {
 func TestCrashAtEveryWriteSync(t *testing.T) {
 	// One writer makes the operation sequence deterministic: every write of
 	// the workload is a crash point.
-	points := runCrashWorkload(t, 1, 60, raceStride(3), 0, false, 1)
+	points := runCrashWorkload(t, 1, 60, raceStride(6), 0, false, 1)
 	t.Logf("%d crash points", len(points))
 	for _, p := range points {
 		checkCrashPoint(t, p, false)

@@ -308,7 +308,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 		}
 		t.Logf("%d crash points", len(clones))
 		for i, c := range clones {
-			if i%raceStride(4) != 0 && i != len(clones)-1 {
+			if i%raceStride(8) != 0 && i != len(clones)-1 {
 				continue
 			}
 			checkAfterRebuild(t, c, want, fmt.Sprintf("crash point %d", i))
@@ -505,7 +505,7 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 		ctx := context.Background()
 		pristine := vfs.NewMem()
 		want := snapshotWithTail(t, pristine, 100)
-		for i := 0; ; i += raceStride(3) {
+		for i := 0; ; i += raceStride(6) {
 			mem := cloneMemFS(t, pristine)
 			var n atomic.Int64
 			var fired atomic.Bool
