@@ -63,6 +63,12 @@ func (s nodeStore) Nodes(ctx context.Context, level uint, begin, end uint64) ([]
 	want := begin
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
+		if len(k) != len(lower) {
+			// Between the bounds, yet not a row of this anchor and level
+			// with an 8-byte index: a damaged key (keys of one table have
+			// one length).
+			return nil, errs.New(errs.CodeIndexMismatch, "anchor %q: tree level %d has a malformed index key %x", s.anchor, level, k)
+		}
 		idx := be.Uint64(k[len(k)-8:])
 		if level == 0 {
 			idx-- // seq → leaf index
