@@ -77,6 +77,23 @@ func within[T any](t *testing.T, what string, fifos []string, fn func() T) T {
 	}
 }
 
+// openWithin opens the database in dir with within: it fails the test when
+// Open hangs or returns an error.
+func openWithin(t *testing.T, what string, fifos []string, dir string, opts Options) *DB {
+	t.Helper()
+	db := within(t, what, fifos, func() *DB {
+		db, err := Open(dir, opts)
+		if err != nil {
+			t.Errorf("open: %v", err)
+		}
+		return db
+	})
+	if db == nil {
+		t.FailNow()
+	}
+	return db
+}
+
 // foreignDB makes a closed database in a temp directory with anchor "a"
 // over several segments and anchor "b" in one, and returns its directory
 // and a's segment paths, oldest first.
@@ -183,16 +200,7 @@ func TestForeignSegmentEntry(t *testing.T) {
 				}
 
 				// The index intact: Open, reads, verify, compaction, snapshot.
-				db := within(t, "Open", fifos, func() *DB {
-					db, err := Open(dir, opts)
-					if err != nil {
-						t.Errorf("open: %v", err)
-					}
-					return db
-				})
-				if db == nil {
-					t.FailNow()
-				}
+				db := openWithin(t, "Open", fifos, dir, opts)
 				rerr := within(t, "read", fifos, func() error { _, err := db.Record(ctx, "a", 1); return err })
 				if place == "sealed" {
 					wantCode(t, "read of seq 1", rerr, errs.CodeChainBroken, path)
@@ -232,16 +240,7 @@ func TestForeignSegmentEntry(t *testing.T) {
 				if err := os.RemoveAll(indexDir); err != nil {
 					t.Fatal(err)
 				}
-				db = within(t, "Open rebuilding the index", fifos, func() *DB {
-					db, err := Open(dir, opts)
-					if err != nil {
-						t.Errorf("open: %v", err)
-					}
-					return db
-				})
-				if db == nil {
-					t.FailNow()
-				}
+				db = openWithin(t, "Open rebuilding the index", fifos, dir, opts)
 				damaged := false
 				for _, ev := range db.RecoveryReport().Events {
 					if ev.Kind == EventDamaged && ev.Anchor == "a" && ev.Err != nil && ev.Err.Code == errs.CodeChainBroken && ev.File == path {
@@ -344,16 +343,7 @@ func TestForeignJournalEntry(t *testing.T) {
 				t.Fatalf("journal generations %v; want the first one gone", gens)
 			}
 			makeForeign(t, kind, older)
-			db := within(t, "Open", []string{older}, func() *DB {
-				db, err := Open(dir, opts)
-				if err != nil {
-					t.Errorf("open: %v", err)
-				}
-				return db
-			})
-			if db == nil {
-				t.FailNow()
-			}
+			db := openWithin(t, "Open", []string{older}, dir, opts)
 			if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
 				t.Fatal(err)
 			}

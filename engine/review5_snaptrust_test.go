@@ -267,13 +267,7 @@ func TestReview5StatsCountOnlyTheDatabasesSnapshots(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range intruderKinds {
 		t.Run(k.String(), func(t *testing.T) {
-			fs := vfs.NewMem()
-			db, _ := compactFixture(t, fs)
-			defer db.Close()
-			own, err := db.CreateSnapshot(ctx, "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			fs, db, own := fixtureWithOwnSnapshot(t)
 			fillAnchor(t, db, "a0", 5, "more")
 			dropIntruder(t, fs, db, k, own)
 			st, err := db.Stats(ctx)
@@ -299,13 +293,7 @@ func TestReview5StatsCountOnlyTheDatabasesSnapshots(t *testing.T) {
 // hash is not the one the audit log recorded under its name: INT_003.
 func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
 	ctx := context.Background()
-	fs := vfs.NewMem()
-	db, _ := compactFixture(t, fs)
-	defer db.Close()
-	own, err := db.CreateSnapshot(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, db, own := fixtureWithOwnSnapshot(t)
 	re := copySnapshot(t, fs, "elsewhere", own, own.Created.AddDate(10, 0, 0))
 	if re.StateHash != own.StateHash || re.FileHash == own.FileHash {
 		t.Fatal("scenario: want the same state in other bytes")
@@ -370,13 +358,7 @@ func TestReview5NoAdoptionFromTheFuture(t *testing.T) {
 // deletes none, and its notes say why (not that the log lacks them).
 func TestReview5BrokenAuditLogVouchesForNothing(t *testing.T) {
 	ctx := context.Background()
-	fs := vfs.NewMem()
-	db, _ := compactFixture(t, fs)
-	defer db.Close()
-	own, err := db.CreateSnapshot(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, db, own := fixtureWithOwnSnapshot(t)
 	// A second line: a failing last line alone reads as a torn append.
 	fillAnchor(t, db, "a0", 5, "more")
 	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
@@ -397,4 +379,18 @@ func TestReview5BrokenAuditLogVouchesForNothing(t *testing.T) {
 	if !slices.ContainsFunc(res.Plan.Notes, func(n string) bool { return strings.Contains(n, own.Name) && strings.Contains(n, "cannot vouch") }) {
 		t.Fatalf("no note says the audit log cannot vouch for %s: %q", own.Name, res.Plan.Notes)
 	}
+}
+
+// fixtureWithOwnSnapshot is compactFixture on a fresh MemFS with one
+// snapshot the database took itself (audited), closed when the test ends.
+func fixtureWithOwnSnapshot(t *testing.T) (*vfs.MemFS, *DB, snapshot.Info) {
+	t.Helper()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	t.Cleanup(func() { _ = db.Close() })
+	own, err := db.CreateSnapshot(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, db, own
 }
