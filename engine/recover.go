@@ -175,8 +175,9 @@ func (db *DB) replayJournal() error {
 		if gen == settled.Gen {
 			from = settled.Off
 		}
+		path := db.fs.PathJoin(dir, journal.FileName(gen))
 		tail, err := journal.ReadFile(db.fs, dir, gen, from, func(b journal.Block) error {
-			return decodeJournalBlock(b.Payload, func(r journalRecord) error {
+			err := decodeJournalBlock(b.Payload, func(r journalRecord) error {
 				r.Frame = slices.Clone(r.Frame)
 				rec, _, err := segment.ParseFrame(r.Anchor, r.Frame)
 				if err != nil {
@@ -189,23 +190,40 @@ func (db *DB) replayJournal() error {
 				byAnchor[r.Anchor] = append(byAnchor[r.Anchor], r)
 				return nil
 			})
+			if err != nil {
+				// A block whose checksum holds but whose content does not
+				// parse was written wrong: nothing to guess. Coded here, at
+				// the only place that looks at content, so that every
+				// other failure of ReadFile is known for an I/O error.
+				e := errs.Wrap(errs.CodeIndexMismatch, err, "journal %s", journal.FileName(gen))
+				e.File, e.Offset = path, b.Start.Off
+				return e
+			}
+			return nil
 		})
 		if fsutil.IsEntryError(err) {
 			// NB: not opened (a FIFO's open blocks): what it holds is
 			// unknown, and acknowledged appends may be there alone.
 			e := errs.Wrap(errs.CodeChainBroken, err, "the journal past the settle point cannot be read, and appends acknowledged since may be there alone; remove or replace it")
-			e.File = db.fs.PathJoin(dir, journal.FileName(gen))
+			e.File = path
 			return e
 		}
 		if err != nil {
-			// A block whose checksum holds but whose content does not parse
-			// was written wrong: nothing to guess.
-			return errs.Wrap(errs.CodeIndexMismatch, err, "journal %s", journal.FileName(gen))
+			// NB: anything ReadFile returns uncoded is a failed stat, open
+			// or read: it says nothing of what the file holds, so it is
+			// IO_001 (exit 2, try again), not a finding. Nothing has been
+			// changed yet; a later Open reads the file again.
+			if errs.CodeOf(err) != "" {
+				return err
+			}
+			e := errs.Wrap(errs.CodeWriteFailed, err, "read journal %s", journal.FileName(gen))
+			e.File = path
+			return e
 		}
 		if tail.Reason != "" {
 			// The end of what was written: a torn last block, or garbage past
 			// it. Nothing there was acknowledged as durable.
-			db.event(RecoveryEvent{Kind: EventJournalEnd, File: db.fs.PathJoin(dir, journal.FileName(gen)),
+			db.event(RecoveryEvent{Kind: EventJournalEnd, File: path,
 				Offset: tail.Pos.Off, Bytes: tail.Unread,
 				Err: errs.New(errs.CodeChainBroken, "journal ends: %s", tail.Reason)})
 		}
