@@ -391,6 +391,9 @@ func (v *verifier) run() error {
 		v.guard(v.unknownAnchorRows)
 	}
 	if !v.halted() {
+		v.guard(v.foreignJournalEntries)
+	}
+	if !v.halted() {
 		v.guard(v.checkCheckpoints)
 	}
 	if !v.halted() {
