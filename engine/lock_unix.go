@@ -43,12 +43,11 @@ func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
 	// NB: looked at before it is opened. A FIFO's open for reading (the
 	// holder's pid, below) blocks, a directory fails the open, and O_CREATE
 	// through a dangling symbolic link would create its target, wherever
-	// it points. The lock file holds nothing: anything but a regular file
-	// (or a link to one) is for an operator to remove (IO_001, exit 2).
+	// it points (fsutil.Regular tells such a link from no file here, on
+	// the OS filesystem). The lock file holds nothing: anything but a
+	// regular file (or a link to one) is for an operator to remove (IO_001,
+	// exit 2).
 	if _, err := fsutil.Regular(fs, path, false); err != nil {
-		if oserrorIsNotExist(err) && isDanglingLink(path) {
-			err = &fsutil.EntryError{Path: path, What: fsutil.Dangling}
-		}
 		if !oserrorIsNotExist(err) {
 			heldLocks.Delete(abs)
 			return nil, errs.Wrap(errs.CodeWriteFailed, err, "lock file (remove it: it holds nothing)")
@@ -80,12 +79,6 @@ func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
 }
 
 var heldLocks sync.Map
-
-// isDanglingLink reports whether path is a symbolic link to nothing.
-func isDanglingLink(path string) bool {
-	st, err := os.Lstat(path)
-	return err == nil && st.Mode()&os.ModeSymlink != 0
-}
 
 var filepathAbs = filepath.Abs
 

@@ -14,6 +14,17 @@
 // INT_003 for a snapshot, INPUT_001 in an ingest's source, …). A swap between
 // the look and the open is not guarded against: the check is against
 // foreign entries, not against an adversary who can write the directory.
+//
+// NB: vfs.FS has no Lstat, and Stat through a symbolic link to nothing
+// says "does not exist": a dangling link read as an absent entry, and what
+// then created the entry wrote through the link (creating its target,
+// wherever it pointed) or over it. A name a listing gave is known to be
+// there; for one looked up by name (DBID, audit.log, a segment the index
+// names), when the FS is the OS filesystem (vfs.Root is vfs.Default, so a
+// wrapper such as errorfs that passes paths through counts), os.Lstat
+// tells a link to nothing from no entry. Other vfs.FS implementations
+// cannot be asked: there a dangling link, if the FS has links at all,
+// still reads as absent (vfs.MemFS has none).
 package fsutil
 
 import (
@@ -55,9 +66,10 @@ func isNotExist(err error) bool {
 // Regular returns the FileInfo of path when it is a regular file or a
 // symbolic link to one. Anything else is an *EntryError; so is a missing
 // path when listed says its name came from a listing of its directory (it
-// was there: a link to nothing, or removed since). Otherwise a missing path
-// is Stat's not-exist error, and any other failure of Stat is returned as it
-// is (an I/O error, not a finding).
+// was there: a link to nothing, or removed since), or when it is a
+// symbolic link to nothing on the OS filesystem (see IsDanglingLink).
+// Otherwise a missing path is Stat's not-exist error, and any other failure
+// of Stat is returned as it is (an I/O error, not a finding).
 func Regular(fs vfs.FS, path string, listed bool) (os.FileInfo, error) {
 	st, err := fs.Stat(path)
 	switch {
@@ -67,8 +79,29 @@ func Regular(fs vfs.FS, path string, listed bool) (os.FileInfo, error) {
 		return nil, &EntryError{Path: path, What: "not a regular file (" + st.Mode().Type().String() + ")"}
 	case listed && isNotExist(err):
 		return nil, &EntryError{Path: path, What: Dangling}
+	case isNotExist(err) && IsDanglingLink(fs, path):
+		return nil, &EntryError{Path: path, What: DanglingLink}
 	}
 	return nil, underNonDir(path, err)
+}
+
+// DanglingLink is EntryError.What for a name Lstat finds to be a symbolic
+// link that Stat cannot follow.
+const DanglingLink = "a dangling symbolic link"
+
+// IsDanglingLink reports whether path is a symbolic link that leads
+// nowhere, when fs is the OS filesystem (vfs.Root(fs) is vfs.Default). For
+// any other FS it reports false: vfs.FS has no Lstat to ask.
+func IsDanglingLink(fs vfs.FS, path string) bool {
+	if vfs.Root(fs) != vfs.Default {
+		return false
+	}
+	st, err := os.Lstat(path)
+	if err != nil || st.Mode()&os.ModeSymlink == 0 {
+		return false
+	}
+	_, err = os.Stat(path)
+	return isNotExist(err)
 }
 
 // underNonDir turns ENOTDIR from Stat — a component of path above it is
@@ -91,10 +124,14 @@ func Open(fs vfs.FS, path string, listed bool) (vfs.File, error) {
 }
 
 // Dir returns nil when dir is a directory (or a symbolic link to one), an
-// *EntryError when it is anything else, and Stat's error, not-exist
+// *EntryError when it is anything else (a symbolic link to nothing on the
+// OS filesystem included, see IsDanglingLink), and Stat's error, not-exist
 // included, when Stat fails.
 func Dir(fs vfs.FS, dir string) error {
 	st, err := fs.Stat(dir)
+	if isNotExist(err) && IsDanglingLink(fs, dir) {
+		return &EntryError{Path: dir, What: DanglingLink}
+	}
 	if err != nil {
 		return underNonDir(dir, err)
 	}
