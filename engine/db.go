@@ -631,8 +631,11 @@ func (db *DB) loadOrCreateID() (string, error) {
 	}
 	if f, err := db.fs.Open(path); err == nil {
 		buf := make([]byte, 64)
-		n, _ := f.ReadAt(buf, 0)
+		n, rerr := f.ReadAt(buf, 0)
 		_ = f.Close()
+		if rerr != nil && !errors.Is(rerr, io.EOF) { // an I/O error, not a malformed file
+			return "", errs.Wrap(errs.CodeWriteFailed, rerr, "read %s", path).At("", 0, path, 0)
+		}
 		id := strings.TrimSpace(string(buf[:n]))
 		if len(id) != 32 || !isHex(id) {
 			return "", errs.New(errs.CodeInvalidInput, "database id file %s is malformed", path)
