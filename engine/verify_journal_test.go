@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"path"
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -58,5 +60,36 @@ func TestVerifyJournalFileRemovedBySettle(t *testing.T) {
 	}
 	if !rep.OK {
 		t.Fatalf("verify: %+v; a journal file removed since it was listed is no finding", rep.Failures)
+	}
+}
+
+// TestVerifyJournalStatErrorIsIO: a failed look at a journal entry says
+// nothing of what it is. verify fails with IO_001 and reports no finding:
+// it does not claim the journal damaged.
+func TestVerifyJournalStatErrorIsIO(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var armed atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if op.Kind == errorfs.OpStat && armed.Load() {
+			if ok, _ := path.Match("db/"+JournalDir+"/*.log", op.Path); ok {
+				return errorfs.ErrInjected
+			}
+		}
+		return nil
+	}))
+	db := mustOpen(t, fs, Options{SegmentSize: 4096})
+	defer db.Close()
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	armed.Store(false)
+	if errs.CodeOf(err) != errs.CodeWriteFailed {
+		t.Fatalf("verify: %v; want IO_001", err)
+	}
+	if len(rep.Failures) != 0 {
+		t.Fatalf("verify findings %+v; a failed stat is none", rep.Failures)
 	}
 }
