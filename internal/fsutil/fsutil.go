@@ -100,6 +100,8 @@ func IsDanglingLink(fs vfs.FS, path string) bool {
 	if err != nil || st.Mode()&os.ModeSymlink == 0 {
 		return false
 	}
+	// A link whose target appeared since the caller's Stat is no longer
+	// dangling: it is then what the target is, for the caller to find.
 	_, err = os.Stat(path)
 	return isNotExist(err)
 }
