@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
@@ -423,16 +424,26 @@ func runHelp(e *env, args []string, stdout io.Writer) int {
 	}
 }
 
+// usageColumn is the widest synopsis ("name args") that shares its line
+// with the summary in the command list; a wider one gets a line of its own.
+const usageColumn = 30
+
 func mainUsage() string {
 	var b strings.Builder
 	b.WriteString("anchordb — an embedded, verifiable key-value store of hash-chained anchor logs\n\n")
 	b.WriteString("usage: anchordb [global flags] COMMAND [arguments] [flags]\n\ncommands:\n")
 	width := 0
 	for _, c := range commands {
-		width = max(width, len(c.name)+1+len(c.args))
+		if n := utf8.RuneCountInString(synopsis(c)); n <= usageColumn {
+			width = max(width, n)
+		}
 	}
 	for _, c := range commands {
-		fmt.Fprintf(&b, "  %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.args), c.summary)
+		if s := synopsis(c); utf8.RuneCountInString(s) > width {
+			fmt.Fprintf(&b, "  %s\n  %-*s  %s\n", s, width, "", c.summary)
+		} else {
+			fmt.Fprintf(&b, "  %-*s  %s\n", width, s, c.summary)
+		}
 	}
 	b.WriteString("\nglobal flags (before or after the command):\n")
 	b.WriteString(globalFlagUsages())
@@ -443,6 +454,9 @@ func mainUsage() string {
 	b.WriteString("Run 'anchordb help COMMAND' for a command's flags.\n")
 	return b.String()
 }
+
+// synopsis is a command's name and arguments: "put ANCHOR KEY VALUE".
+func synopsis(c *command) string { return strings.TrimSpace(c.name + " " + c.args) }
 
 func globalFlagUsages() string {
 	fs := newFlagSet("anchordb")

@@ -23,8 +23,8 @@ view that runs into a truncation made while it is read stops with STATE_003.
 
 --root prints instead {"root":"blake3:…","records":N,"frontier":{…}}: the RFC 6962 root
 over the record hashes in merged order, the number of records, and the frontier it was
-taken at (by default the current one; feed it back with --frontier). Two databases with
-the same records have the same root.`,
+taken at (by default the current one; feed that field, not the whole object, back with
+--frontier: jq .frontier). Two databases with the same records have the same root.`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var from uint64

@@ -24,10 +24,11 @@ var getCmd = &command{
 	detail: `Prints the record of the winning version plus "found":true. A missing or deleted key
 prints {"found":false,"key":"KEY"} (without --json, "not found: KEY" on stderr) and exits 1.
 
---at F reads a frontier {"anchor id": seq, …} from the file F ('-' for stdin; merge --root
-prints one) and answers from the state at that frontier: the last put or delete of KEY in
-merged order among the records it contains. A frontier naming an anchor or seq the
-database does not hold, or a seq below a compaction's cut, is STATE_003 (exit 1).`,
+--at F reads a frontier {"anchor id": seq, …} from the file F ('-' for stdin; the
+"frontier" field of merge --root --json is one: jq .frontier) and answers from the state
+at that frontier: the last put or delete of KEY in merged order among the records it
+contains. A frontier naming an anchor or seq the database does not hold, or a seq below
+a compaction's cut, is STATE_003 (exit 1).`,
 	minArgs: 1, maxArgs: 1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var raw bool
