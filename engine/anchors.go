@@ -139,8 +139,7 @@ func (db *DB) loadAnchor(id string) (*anchor, error) {
 	a.segno, a.segFirst = meta.ActiveSegno, meta.ActiveFirstSeq
 	a.headHash = segment.GenesisHash(id)
 	if meta.Damage != "" {
-		a.damage = errs.New(errs.CodeChainBroken, "anchor %q is read-only: %s", id, meta.Damage)
-		a.damage.Anchor = id
+		a.damage = storedDamage(id, meta.Damage)
 	}
 
 	last, ok, err := db.lastSeqEntry(id)

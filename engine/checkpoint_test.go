@@ -268,6 +268,7 @@ func TestVerifyFrom(t *testing.T) {
 	}
 	wantFinding(t, db, errs.CodeHashMismatch, "a", 10, "stored hash")
 	tamperWrite(fs, path, orig)
+	db = operatorRepair(t, db, fs, memOpts(fs))
 	e, _, _ = db.seqEntry("b", 110)
 	path = fs.PathJoin(segment.AnchorDir(fs, "db", "b"), segment.FileName(e.Segno))
 	orig, _ = tamperRead(fs, path)
@@ -279,6 +280,7 @@ func TestVerifyFrom(t *testing.T) {
 		t.Fatalf("incremental misses new damage: %+v %v", rep, err)
 	}
 	tamperWrite(fs, path, orig)
+	db = operatorRepair(t, db, fs, memOpts(fs))
 	// A trusted root the index cannot show: reported, and the anchor is
 	// checked in full.
 	forged := *from

@@ -109,6 +109,7 @@ type DB struct {
 	failed      atomic.Pointer[errs.Error]
 	closed      atomic.Bool
 	settleCh    chan struct{}
+	damaged     damageQueue // anchors found damaged after Open (damage.go)
 	stopBg      chan struct{}
 	stopApplier chan struct{}
 	bg          sync.WaitGroup // the syncer and the applier
@@ -371,6 +372,9 @@ func (db *DB) open() error {
 		if err := db.adoptAuditHead(); err != nil {
 			return err
 		}
+	}
+	if err := db.reportStoredDamage(); err != nil {
+		return err
 	}
 	if err := db.removeLeftovers(); err != nil {
 		return err
@@ -777,23 +781,4 @@ func (db *DB) closeIndex() (err error) {
 		}
 	}()
 	return ioErr(db.index.Close(), "close index")
-}
-
-// settleLoop settles when the journal grows past SettleBytes or
-// SettleInterval passes with writes outstanding.
-func (db *DB) settleLoop() {
-	defer db.settler.Done()
-	t := time.NewTicker(db.opts.SettleInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-db.stopBg:
-			return
-		case <-db.settleCh:
-		case <-t.C:
-		}
-		if err := db.settle(); err != nil && !errors.Is(err, errClosed) {
-			db.opts.Logger.Errorf("anchordb: settle: %v", err)
-		}
-	}
 }

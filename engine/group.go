@@ -133,9 +133,10 @@ func (db *DB) buildGroup(reqs []*request) *group {
 		}
 	}
 	g.versions.setSorted(g.batch)
+	g.stageDamage()
 	for _, p := range g.order {
 		if p.metaDirty {
-			meta := anchorMeta{ActiveSegno: p.segno, ActiveFirstSeq: p.segFirst}
+			meta := anchorMetaOf(p)
 			_ = g.batch.Set(anchorKey(p.a.id), meta.encode(g.scratch[:0]), nil)
 			p.stored = true
 		}

@@ -448,7 +448,11 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 		if err != nil && m < int(e.Size) {
 			r.buf = r.buf[:0]
 			if m >= 0 && (errors.Is(err, errEOF) || err == nil) {
-				return segment.Record{}, errs.New(errs.CodeChainBroken, "segment %s ends at %d inside record seq %d", path, e.Offset+int64(m), seq).At(r.anchor, seq, path, e.Offset)
+				// Segments only grow, and ensureWritten has the bytes
+				// in the file: a file shorter than its index is damage.
+				d := errs.New(errs.CodeChainBroken, "segment %s ends at %d inside record seq %d", path, e.Offset+int64(m), seq).At(r.anchor, seq, path, e.Offset)
+				r.db.noteDamage(r.anchor, d)
+				return segment.Record{}, d
 			}
 			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
 		}
@@ -463,7 +467,9 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 			if fe.Code == "" {
 				fe.Code = errs.CodeHashMismatch
 			}
-			return segment.Record{}, fe.AsError(r.anchor, path)
+			d := fe.AsError(r.anchor, path)
+			r.db.noteDamage(r.anchor, d)
+			return segment.Record{}, d
 		}
 		return segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
 	}

@@ -622,9 +622,13 @@ func (db *DB) markDamaged(a *anchor, e *errs.Error) {
 	if head.segno == 0 {
 		meta.ActiveSegno, meta.ActiveFirstSeq = 1, 1
 	}
-	if err := db.index.Set(anchorKey(a.id), meta.encode(nil), pebble.NoSync); err != nil {
+	b := db.index.NewBatch()
+	_ = b.Set(anchorKey(a.id), meta.encode(nil), nil)
+	_ = b.Set(metaKey(metaDamaged), damagedFlag, nil)
+	if err := b.Commit(pebble.NoSync); err != nil {
 		db.opts.Logger.Errorf("anchordb: record damage of %q: %v", a.id, err)
 	}
+	_ = b.Close()
 	db.event(RecoveryEvent{Kind: EventDamaged, Anchor: a.id, File: e.File, Offset: e.Offset, Err: e})
 }
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -205,4 +206,23 @@ func (db *DB) Sync() error {
 	}
 	defer db.adm.releaseGate()
 	return db.settle()
+}
+
+// settleLoop settles when the journal grows past SettleBytes or
+// SettleInterval passes with writes outstanding.
+func (db *DB) settleLoop() {
+	defer db.settler.Done()
+	t := time.NewTicker(db.opts.SettleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-db.stopBg:
+			return
+		case <-db.settleCh:
+		case <-t.C:
+		}
+		if err := db.settle(); err != nil && !errors.Is(err, errClosed) {
+			db.opts.Logger.Errorf("anchordb: settle: %v", err)
+		}
+	}
 }

@@ -163,7 +163,13 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if perr := ctx.Err(); perr != nil && err == nil {
 		err = perr
 	}
-	return v.result(), err
+	rep := v.result()
+	for _, f := range rep.Failures {
+		if f.Anchor != "" {
+			db.noteDamage(f.Anchor, f.Err()) // SPEC §3: read-only from now on
+		}
+	}
+	return rep, err
 }
 
 // verifier is one run of Verify.

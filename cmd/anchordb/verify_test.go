@@ -116,10 +116,19 @@ func TestVerifyCommand(t *testing.T) {
 	if n := len(obj(t, r.stdout)["failures"].([]any)); n != 1 {
 		t.Fatalf("--stop-at-first: %d findings", n)
 	}
+	// SPEC §3: what verify found makes the anchor read-only, also after the
+	// bytes are put back, until the operator rebuilds the index
+	// (docs/RELIABILITY.md); the other anchors take appends.
 	if err := os.WriteFile(seg, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	r = runCLI(t, "--dir", dir, "--json", "put", "dev-2", "k", "v")
+	wantCode(t, r, 1)
+	errObj(t, r, "INT_001")
+	mustRun(t, "--dir", dir, "put", "dev-1", "k", "v")
+	mustRun(t, "--dir", dir, "rebuild-index", "--apply")
 	mustRun(t, "--dir", dir, "verify")
+	mustRun(t, "--dir", dir, "put", "dev-2", "k", "v")
 }
 
 func TestKeygen(t *testing.T) {

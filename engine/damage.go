@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Damage found after Open. A clean Open reads no segment, so a byte
+// changed in the middle of a log while the database was closed is first
+// seen by a read of that record or by Verify. SPEC §3 makes the anchor
+// read-only from then on, until an operator acts (docs/RELIABILITY.md:
+// restore the files, then rebuild-index, which checks every record again).
+//
+// Marking happens in two steps. noteDamage sets the anchor's damage at once
+// (the leader checks it before every record it places, so no later append
+// gets in) and queues the anchor; the leader writes the damage into the
+// anchor's 'a' row in its next group (stageDamage). The 'a' row is the
+// leader's to write: a reader writing it directly could put back an older
+// active segment over one a concurrent seal had just recorded. A settle is
+// requested so that the row reaches disk soon even when no append follows;
+// Close settles too. A crash before then loses the mark, not data: the
+// next read or Verify finds the same damage and marks it again.
+
+// metaDamaged is present once some anchor's 'a' row holds damage: Open then
+// names every damaged anchor (reportStoredDamage) without a scan of the 'a'
+// rows on every other open.
+const metaDamaged = "damaged"
+
+// damageQueue holds anchors whose damage the leader has yet to record.
+type damageQueue struct {
+	pending atomic.Bool // anchors is not empty: the leader's path stays lock-free
+	mu      sync.Mutex
+	anchors []*anchor
+}
+
+// noteDamage makes the anchor of a read or Verify finding read-only. Only
+// findings about the log itself count (INT_001, INT_002): an index that
+// disagrees with the segments (INT_004) is a projection to rebuild, and an
+// I/O error says nothing about the bytes.
+func (db *DB) noteDamage(id string, e *errs.Error) {
+	if e == nil || (e.Code != errs.CodeHashMismatch && e.Code != errs.CodeChainBroken) {
+		return
+	}
+	a, err := db.getAnchor(id, false)
+	if err != nil || a == nil {
+		return
+	}
+	if e.Anchor == "" {
+		e = e.At(id, e.Seq, e.File, e.Offset)
+	}
+	a.mu.Lock()
+	first := a.damage == nil
+	if first {
+		a.damage = e
+	}
+	a.mu.Unlock()
+	if !first {
+		return
+	}
+	db.opts.Logger.Errorf("anchordb: anchor %q is read-only from now on: %v", id, e)
+	db.damaged.mu.Lock()
+	db.damaged.anchors = append(db.damaged.anchors, a)
+	db.damaged.pending.Store(true)
+	db.damaged.mu.Unlock()
+	select {
+	case db.settleCh <- struct{}{}:
+	default:
+	}
+}
+
+// stageDamage runs in the leader, in buildGroup: every anchor noteDamage
+// queued gets its 'a' row rewritten in this group, with the damage in it.
+func (g *group) stageDamage() {
+	q := &g.db.damaged
+	if !q.pending.Load() {
+		return
+	}
+	q.mu.Lock()
+	anchors := q.anchors
+	q.anchors = nil
+	q.pending.Store(false)
+	q.mu.Unlock()
+	for _, a := range anchors {
+		g.pendingFor(a).metaDirty = true
+	}
+	if len(anchors) > 0 {
+		_ = g.batch.Set(metaKey(metaDamaged), damagedFlag, nil)
+	}
+}
+
+// damagedFlag is the value of the metaDamaged row; its presence is what
+// counts.
+var damagedFlag = []byte{1}
+
+// reportStoredDamage names, as Open's recovery events, the anchors an
+// earlier session found damaged: their 'a' rows keep the damage, and SPEC
+// §3 has Open report it until an operator acts. The rows are scanned only
+// when the metaDamaged row says some anchor has damage.
+func (db *DB) reportStoredDamage() error {
+	_, closer, err := db.index.Get(metaKey(metaDamaged))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read damage mark")
+	}
+	closer.Close()
+	reported := map[string]bool{}
+	for _, ev := range db.recovery.Events {
+		if ev.Kind == EventDamaged {
+			reported[ev.Anchor] = true
+		}
+	}
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		id := string(it.Key()[1:])
+		if reported[id] {
+			continue
+		}
+		meta, err := decodeAnchorMeta(it.Value())
+		if err != nil {
+			_ = it.Close()
+			return errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q", id)
+		}
+		if meta.Damage == "" {
+			continue
+		}
+		e := storedDamage(id, meta.Damage)
+		db.event(RecoveryEvent{Kind: EventDamaged, Anchor: id, Err: e})
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "read anchors")
+	}
+	return nil
+}
+
+// anchorMetaOf is the 'a' row the leader writes for p: its active segment,
+// and the anchor's damage when it has any, so that no rewrite of the row
+// (a seal, a stage of damage) drops a mark already made.
+func anchorMetaOf(p *pendingAnchor) anchorMeta {
+	meta := anchorMeta{ActiveSegno: p.segno, ActiveFirstSeq: p.segFirst}
+	if d := p.a.damaged(); d != nil {
+		meta.Damage = d.Error()
+		if meta.ActiveSegno == 0 {
+			// No record yet: the row names the segment the first would
+			// open, as markDamaged's does.
+			meta.ActiveSegno, meta.ActiveFirstSeq = 1, 1
+		}
+	}
+	return meta
+}
+
+// storedDamage is the error an 'a' row's damage text stands for. The text is
+// the finding as Error() wrote it, so its first word is the finding's code.
+func storedDamage(id, text string) *errs.Error {
+	code := errs.CodeChainBroken
+	if first, _, ok := strings.Cut(text, " "); ok {
+		switch c := errs.Code(first); c {
+		case errs.CodeHashMismatch, errs.CodeChainBroken, errs.CodeIndexMismatch:
+			code = c
+		}
+	}
+	e := errs.New(code, "anchor %q is read-only: %s", id, text)
+	e.Anchor = id
+	return e
+}
