@@ -54,7 +54,7 @@ func warmAnchors(tb testing.TB, db *engine.DB, anchors []string) {
 	}
 	// Segment bytes are buffered: settle so the directories and files exist
 	// before the timer starts.
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		tb.Fatalf("warm anchors: sync: %v", err)
 	}
 }

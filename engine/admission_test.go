@@ -411,7 +411,7 @@ func TestAdmissionProperties(t *testing.T) {
 			}
 		}
 		for id, want := range perAnchor {
-			info, ok, err := db.AnchorInfo(id)
+			info, ok, err := db.AnchorInfo(context.Background(), id)
 			if err != nil || !ok || info.Records != want {
 				rt.Fatalf("anchor %s: %d records, %d appended (%v)", id, info.Records, want, err)
 			}
@@ -472,7 +472,7 @@ func TestAppendWithEndedContextAppendsNothing(t *testing.T) {
 	if _, err := db.AppendBatch(ctx, []Entry{{Anchor: "a", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v")}}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("batch with a cancelled context: %v, want context.Canceled", err)
 	}
-	if info, _, err := db.AnchorInfo("a"); err != nil || info.Records != 0 {
+	if info, _, err := db.AnchorInfo(context.Background(), "a"); err != nil || info.Records != 0 {
 		t.Fatalf("anchor after refused appends: %+v %v", info, err)
 	}
 }

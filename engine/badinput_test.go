@@ -133,7 +133,7 @@ func TestInputLimits(t *testing.T) {
 			}
 		}
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Anchor ids never become path components: nothing is created outside

@@ -111,7 +111,7 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 	// records the database no longer has, and it could never sign another.
 	// Sync makes every append the views hold durable before anything is
 	// signed.
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		return nil, nil, err
 	}
 	// NB: after the views, so the snapshot holds every tree they name.

@@ -254,7 +254,7 @@ func TestVerifyFrom(t *testing.T) {
 		t.Fatalf("incremental: %+v %v", rep, err)
 	}
 	// Damage before the trusted size is not looked at; after it, it is.
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	e, _, _ := db.seqEntry("a", 10)

@@ -70,7 +70,7 @@ func TestCloseRacingReadsAndOperations(t *testing.T) {
 		"prove":    func(db *DB) error { _, err := db.ProveInclusion(ctx, "a", 1, 0); return err },
 		"verify":   func(db *DB) error { _, err := db.Verify(ctx, VerifyOptions{}); return err },
 		"snapshot": func(db *DB) error { _, err := db.CreateSnapshot(ctx, ""); return err },
-		"sync":     func(db *DB) error { return db.Sync() },
+		"sync":     func(db *DB) error { return db.Sync(context.Background()) },
 		"compact": func(db *DB) error {
 			_, err := db.Compact(ctx, snapshot.DefaultPolicy(), CompactOptions{Apply: true})
 			return err

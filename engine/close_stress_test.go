@@ -214,7 +214,7 @@ func TestCloseStressEveryAPI(t *testing.T) {
 					return err
 				}
 			}
-			_, _, err := db.AnchorInfo("a")
+			_, _, err := db.AnchorInfo(context.Background(), "a")
 			return err
 		}
 		ops["stats"] = func(int) error { _, err := db.Stats(ctx); return err }
@@ -222,7 +222,7 @@ func TestCloseStressEveryAPI(t *testing.T) {
 		ops["audit"] = func(int) error { _, err := db.VerifyAuditLog(ctx); return err }
 		ops["snapshot"] = func(int) error { _, err := db.CreateSnapshot(ctx, ""); return err }
 		ops["checkpoint"] = func(int) error { _, _, err := db.CreateCheckpoint(ctx, skey); return err }
-		ops["sync"] = func(int) error { return db.Sync() }
+		ops["sync"] = func(int) error { return db.Sync(context.Background()) }
 		ops["compact"] = func(int) error {
 			_, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
 			return err

@@ -114,7 +114,7 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 		if st := appendOne(); st.segno != 2 {
 			t.Fatalf("segment %d active, want 2", st.segno)
 		}
-		if err := db.Sync(); err != nil {
+		if err := db.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		fill(appendOne(), 2)
@@ -123,7 +123,7 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 			t.Fatalf("segment %d active, want %d", first.segno, n)
 		}
 		if left == "settled-empty" {
-			if err := db.Sync(); err != nil {
+			if err := db.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -133,7 +133,7 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 	fill(first, n)
 	armed.Store(true)
 	settled := make(chan error, 1)
-	go func() { settled <- db.Sync() }()
+	go func() { settled <- db.Sync(context.Background()) }()
 	<-blocked
 	// The next record seals N and starts N+1: the crash is taken then.
 	if st := appendOne(); st.segno != n+1 || st.segCount != 1 {
@@ -189,7 +189,7 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 			t.Logf("recovery: %v", ev)
 			damaged = damaged || (ev.Kind == EventDamaged && ev.Anchor == an && ev.File == segN)
 		}
-		info, _, err := db.AnchorInfo(an)
+		info, _, err := db.AnchorInfo(context.Background(), an)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -183,7 +183,7 @@ func TestDamageFoundDuringSeals(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	path := fs.PathJoin(segmentAnchorDir(fs, "db", "t"), segmentFileName(1))

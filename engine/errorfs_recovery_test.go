@@ -259,7 +259,7 @@ func TestRecoverySegmentReadErrors(t *testing.T) {
 	if err := workload(ctx, db, 1, 21, acks); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// New records after the settle: the index has lost them in the crash.

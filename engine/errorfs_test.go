@@ -101,7 +101,7 @@ func injWorkload(ctx context.Context, db *DB, acks *ackLog) error {
 		}
 		switch i {
 		case 13:
-			if err := db.Sync(); err != nil {
+			if err := db.Sync(context.Background()); err != nil {
 				return err
 			}
 		case 20:
@@ -352,7 +352,7 @@ func runInjected(t *testing.T, c injCase, fs vfs.FS, rec *recordingInjector, onF
 					_, err := db.Put(ctx, injAnchors[1], []byte("after"), []byte("failure"), WithNoSync(true))
 					return err
 				},
-				db.Sync,
+				func() error { return db.Sync(ctx) },
 			} {
 				if err := try(); !errors.Is(err, ErrWriteFailed) {
 					failures = append(failures, fmt.Sprintf("write %d after the failure (%v) was not refused with IO_001: got %v", j, werr, err))

@@ -63,7 +63,7 @@ func flushHookLoop(t *testing.T, id string) loopFunc {
 		for i := 0; i < 3; i++ {
 			put(fmt.Sprint("s", i))
 		}
-		if err := db.Sync(); err != nil {
+		if err := db.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {

@@ -41,7 +41,7 @@ func TestVerifyReportsOldForeignJournalEntry(t *testing.T) {
 			if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Sync(); err != nil {
+			if err := db.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			rep := within(t, "verify", fifos, func() VerifyReport {

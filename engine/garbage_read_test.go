@@ -79,7 +79,7 @@ func TestFailedSegmentWriteNotReadAsCorruption(t *testing.T) {
 		}
 		// The settle's flush of 4..6 fails and leaves garbage where it wrote.
 		armed.Store(true)
-		if err := db.Sync(); !errors.Is(err, ErrWriteFailed) {
+		if err := db.Sync(context.Background()); !errors.Is(err, ErrWriteFailed) {
 			t.Fatalf("Sync with a failing segment write: %v, want IO_001", err)
 		}
 		if !fired.Load() {

@@ -136,7 +136,7 @@ func TestIndexLostOrStale(t *testing.T) {
 		if err := workload(ctx, db, 3, 10, acks); err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Sync(); err != nil {
+		if err := db.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		old := vfs.NewMem()
@@ -186,7 +186,7 @@ func TestIndexLostOrStale(t *testing.T) {
 			}
 		}
 		put(db, "x", 3)
-		if err := db.Sync(); err != nil {
+		if err := db.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		old := vfs.NewMem()

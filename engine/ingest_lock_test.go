@@ -50,7 +50,7 @@ func TestIngestHoldsItsAnchors(t *testing.T) {
 	}
 	put(src, "b", "b3")
 	put(src, "b", "b4")
-	srcB, _, err := src.AnchorInfo("b")
+	srcB, _, err := src.AnchorInfo(context.Background(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestIngestHoldsItsAnchors(t *testing.T) {
 	if rep.Appended != 5 {
 		t.Fatalf("appended %d records, want 5 (a1–a3, b3–b4): %+v", rep.Appended, rep)
 	}
-	b, _, err := dst.AnchorInfo("b")
+	b, _, err := dst.AnchorInfo(context.Background(), "b")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestIngestNamedAnchorWithoutLog(t *testing.T) {
 		if !errors.Is(err, ErrDependencyMissing) || rep.Appended != 0 {
 			t.Fatalf("ingest of %q: %+v %v, want STATE_003 and nothing joined", named, rep, err)
 		}
-		if _, ok, _ := dst.AnchorInfo("a"); ok {
+		if _, ok, _ := dst.AnchorInfo(context.Background(), "a"); ok {
 			t.Fatalf("ingest of %q joined a", named)
 		}
 	}

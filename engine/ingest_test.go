@@ -128,7 +128,7 @@ func TestIngestRefusesForksAndForgeries(t *testing.T) {
 	if !errors.As(err, &fe) || !errors.Is(err, ErrConflict) || fe.Anchor != "x" || fe.OurHead.Seq != 20 || fe.TheirSeq != 20 {
 		t.Fatalf("fork: %v", err)
 	}
-	if info, ok, _ := b.AnchorInfo("y"); ok || info.Records != 0 {
+	if info, ok, _ := b.AnchorInfo(context.Background(), "y"); ok || info.Records != 0 {
 		t.Fatalf("a refused ingest joined anchor y anyway")
 	}
 	if fmt.Sprint(stateOf(t, b)) != fmt.Sprint(before) {
@@ -143,7 +143,7 @@ func TestIngestRefusesForksAndForgeries(t *testing.T) {
 	if _, err := b.Ingest(ctx, "a", IngestOptions{Anchors: []string{"z"}}); !IsCorruption(err) {
 		t.Fatalf("forged source: %v, want INT_*", err)
 	}
-	if _, ok, _ := b.AnchorInfo("z"); ok {
+	if _, ok, _ := b.AnchorInfo(context.Background(), "z"); ok {
 		t.Fatal("a forged anchor was joined")
 	}
 	f[len(f)-40] ^= 1

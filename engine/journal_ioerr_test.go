@@ -26,7 +26,7 @@ func TestRecoveryJournalReadErrors(t *testing.T) {
 	if err := workload(ctx, db, 1, 21, acks); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// New records after the settle: only the journal vouches for them.

@@ -655,7 +655,7 @@ func (mm *modelMachine) CrashReopen(t *rapid.T) {
 	if mm.unsynced {
 		// NoSync appends are not durable until a Sync; the model keeps
 		// every acknowledged append, so make them durable first.
-		if err := mm.db.Sync(); err != nil {
+		if err := mm.db.Sync(context.Background()); err != nil {
 			mm.fail(t, "sync: %v", err)
 		}
 		mm.logf("sync")

@@ -39,7 +39,7 @@ func TestCrashAfterCompactionWithUnsettledJournal(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i == settleAfter {
-					if err := db.Sync(); err != nil {
+					if err := db.Sync(context.Background()); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -112,7 +112,7 @@ func TestRebuildAfterKillThenPowerLoss(t *testing.T) {
 			if _, err := db.CreateSnapshot(ctx, ""); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Sync(); err != nil {
+			if err := db.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			var acked []Receipt
@@ -170,7 +170,7 @@ func TestDamagedAnchorStillAdvancesTheClock(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 12 {
-			if err := db.Sync(); err != nil { // the clock is persisted here; segment 1 sealed and settled
+			if err := db.Sync(context.Background()); err != nil { // the clock is persisted here; segment 1 sealed and settled
 				t.Fatal(err)
 			}
 		}
@@ -203,7 +203,7 @@ func TestDamagedAnchorStillAdvancesTheClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db2.Close()
-	info, _, err := db2.AnchorInfo("a")
+	info, _, err := db2.AnchorInfo(context.Background(), "a")
 	if err != nil || info.Damage == "" {
 		t.Fatalf("anchor a should be damaged: %+v %v", info, err)
 	}

@@ -39,7 +39,7 @@ func TestReviewCheckpointSignsOnlyDurableRecords(t *testing.T) {
 	_ = db.Close()
 	db = mustOpen(t, crashed, Options{FS: crashed, SegmentSize: 4096})
 	defer func() { _ = db.Close() }()
-	info, _, err := db.AnchorInfo("a")
+	info, _, err := db.AnchorInfo(context.Background(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestKillThenPowerLossAfterRecoveryKeepsNewSegments(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := db.Sync(); err != nil {
+				if err := db.Sync(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				var acked []Receipt
@@ -216,7 +216,7 @@ func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 	}
 	// Segment 1 is full: settle, so the next journal block, which seals it
 	// and starts segment 2, is the first the journal holds.
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	armed.Store(true)
@@ -367,7 +367,7 @@ func TestHeaderlessOnlySegmentOfIndexedAnchorIsKept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	killDB(t, db) // unclean: the next Open reconciles

@@ -196,7 +196,7 @@ func TestSplicedFrames(t *testing.T) {
 		}
 		// Everything written and settled, but the database still open: the
 		// next open is unclean and looks at the tails.
-		if err := db.Sync(); err != nil {
+		if err := db.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
@@ -214,7 +214,7 @@ func TestSplicedFrames(t *testing.T) {
 		}
 		db = mustOpen(t, crashed, Options{SegmentSize: 4096})
 		defer db.Close()
-		info, _, err := db.AnchorInfo("splice-b")
+		info, _, err := db.AnchorInfo(context.Background(), "splice-b")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +255,7 @@ func uncleanWithSealed(t *testing.T, settled bool) (*vfs.MemFS, []ackedEntry) {
 			acks.add(e, r)
 		}
 		if settled && i == 30 {
-			if err := db.Sync(); err != nil {
+			if err := db.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -302,7 +302,7 @@ func TestTornSealedSegment(t *testing.T) {
 				damage = &ev
 			}
 		}
-		info, _, err := db.AnchorInfo("torn")
+		info, _, err := db.AnchorInfo(context.Background(), "torn")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -410,7 +410,7 @@ func TestSealingBoundary(t *testing.T) {
 				}
 				acks.add(e, r)
 			}
-			if err := db.Sync(); err != nil {
+			if err := db.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			for an, c := range counts {
@@ -471,7 +471,7 @@ func TestSealingBoundary(t *testing.T) {
 							t.Fatalf("%s segment %d is %d bytes, want %d", an, i+1, st.Size(), size)
 						}
 					}
-					info, _, _ := db.AnchorInfo(an)
+					info, _, _ := db.AnchorInfo(context.Background(), an)
 					if info.Records != uint64(c) {
 						t.Fatalf("%s: %d records, want %d", an, info.Records, c)
 					}
@@ -541,7 +541,7 @@ func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 		if err != nil {
 			t.Fatalf("open %d: %v", i+1, err)
 		}
-		info, _, err := db.AnchorInfo("torn")
+		info, _, err := db.AnchorInfo(context.Background(), "torn")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"time"
@@ -193,8 +194,13 @@ func (db *DB) syncDir(d string) error {
 
 // Sync makes every acknowledged append durable in its segment file and in
 // the index — what Close does, without closing. Appends made with NoSync are
-// durable once Sync returns.
-func (db *DB) Sync() error {
+// durable once Sync returns. ctx is looked at before the settle begins; a
+// settle under way is not abandoned, since the fsyncs it has started cannot
+// be.
+func (db *DB) Sync(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := db.writable(); err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func testSettleAfterFailedSealSync(t *testing.T, unreported bool) {
 	// A settle captures segment 1 and stops in its fsync.
 	armed.Store(true)
 	settled := make(chan error, 1)
-	go func() { settled <- db.Sync() }()
+	go func() { settled <- db.Sync(context.Background()) }()
 	select {
 	case <-settlerIn:
 	case <-time.After(10 * time.Second):

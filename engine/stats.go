@@ -56,8 +56,8 @@ func (db *DB) Anchors(ctx context.Context) iter.Seq2[AnchorInfo, error] {
 // Like every read it first waits for the appends acknowledged before it to
 // be applied, a wait the applier always ends (by applying them, failing, or
 // stopping at Close).
-func (db *DB) AnchorInfo(id string) (AnchorInfo, bool, error) {
-	if err := db.beginRead(context.Background()); err != nil {
+func (db *DB) AnchorInfo(ctx context.Context, id string) (AnchorInfo, bool, error) {
+	if err := db.beginRead(ctx); err != nil {
 		return AnchorInfo{}, false, err
 	}
 	defer db.endRead()

@@ -37,7 +37,7 @@ func TestVerifyJournalFileRemovedBySettle(t *testing.T) {
 	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	gens, err := journal.List(mem, jdir)

@@ -81,7 +81,7 @@ func TestVerifyWhileAppending(t *testing.T) {
 		}(w)
 	}
 	for {
-		if info, ok, _ := db.AnchorInfo("a1"); ok && info.Records > 0 {
+		if info, ok, _ := db.AnchorInfo(context.Background(), "a1"); ok && info.Records > 0 {
 			break
 		}
 		time.Sleep(time.Millisecond)
@@ -133,7 +133,7 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.Sync(); err != nil {
+	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// A crash (the database is never closed), then the active segment of a1
@@ -158,7 +158,7 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 	tamperWrite(crashed, path, data[:off+5])
 	db = mustOpen(t, crashed, memOpts(crashed))
 	defer db.Close()
-	if info, _, _ := db.AnchorInfo("a1"); info.Damage == "" {
+	if info, _, _ := db.AnchorInfo(context.Background(), "a1"); info.Damage == "" {
 		t.Fatalf("open did not mark a1 damaged: %+v", db.RecoveryReport())
 	}
 	rep, err := db.Verify(ctx, VerifyOptions{})

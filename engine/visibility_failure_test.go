@@ -309,7 +309,7 @@ func TestReadsFailUntilReopenAfterApplierFailure(t *testing.T) {
 	if _, err := db.Get(ctx, []byte("k0")); !errors.Is(err, ErrWriteFailed) {
 		t.Errorf("Get of another anchor's key after the failure: %v, want IO_001", err)
 	}
-	if _, _, err := db.AnchorInfo("other"); !errors.Is(err, ErrWriteFailed) {
+	if _, _, err := db.AnchorInfo(context.Background(), "other"); !errors.Is(err, ErrWriteFailed) {
 		t.Errorf("AnchorInfo after the failure: %v, want IO_001", err)
 	}
 	if _, err := db.Put(ctx, "other", []byte("k3"), []byte("v")); !errors.Is(err, ErrWriteFailed) {

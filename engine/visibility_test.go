@@ -142,7 +142,7 @@ func TestAcknowledgedBeforeApplied(t *testing.T) {
 			return nil
 		},
 		"AnchorInfo": func(context.Context) error {
-			info, ok, err := db.AnchorInfo("a")
+			info, ok, err := db.AnchorInfo(context.Background(), "a")
 			if err == nil && (!ok || info.Records != 1) {
 				err = fmt.Errorf("anchor info %+v, found %v", info, ok)
 			}

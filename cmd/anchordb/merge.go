@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/merge"
@@ -134,9 +136,9 @@ func readFrontier(e *env, path string) (merge.Frontier, error) {
 // checkFrontierKnown refuses a frontier that names an anchor the database
 // does not hold, or a seq beyond an anchor's head (STATE_003), as Merged
 // does: a state "at" records that do not exist would be a guess.
-func checkFrontierKnown(db *engine.DB, f merge.Frontier) error {
+func checkFrontierKnown(ctx context.Context, db *engine.DB, f merge.Frontier) error {
 	for _, id := range f.Anchors() {
-		info, ok, err := db.AnchorInfo(id)
+		info, ok, err := db.AnchorInfo(ctx, id)
 		if err != nil {
 			return err
 		}

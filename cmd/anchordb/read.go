@@ -53,7 +53,7 @@ a compaction's cut, is STATE_003 (exit 1).`,
 			}
 			var v engine.Version
 			if f != nil {
-				if err := checkFrontierKnown(db, f); err != nil {
+				if err := checkFrontierKnown(e.ctx, db, f); err != nil {
 					return err
 				}
 				v, err = db.GetAt(e.ctx, key, f)
