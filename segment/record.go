@@ -89,6 +89,14 @@ func (l Limits) Validate() error {
 	return nil
 }
 
+// MaxBody is the longest frame body a record within l can have: the fixed
+// fields, the longest type, and a key, value and idempotency key at their
+// limits. A reader that takes records only within l (an ingest) refuses a
+// frame declaring more from its length alone, before reading it.
+func (l Limits) MaxBody() int {
+	return bodyFixed + MaxType + l.MaxKey + l.MaxValue + l.MaxIdempotencyKey
+}
+
 // Record is one entry of an anchor log.
 type Record struct {
 	Anchor         string

@@ -27,6 +27,16 @@ type Scanner struct {
 	// was altered goes unnoticed: only a rebuild from a verified snapshot uses
 	// it, and verification never does.
 	SkipHashes bool
+	// MaxBody, when > 0 and set before the first Next, is the longest frame
+	// body the caller takes (Limits.MaxBody of its limits). A frame that
+	// declares a longer one is refused from its length alone, before any of
+	// it is read or buffered, with a *FrameError of kind OverLimit: the
+	// length is the writer's word, and a reader of another database's
+	// segments (an ingest) must not let it size a read. Zero bounds frames
+	// by the format (MaxFrameBody) and by the file size only, as our own
+	// segments, written under limits that may since have been lowered, are
+	// read.
+	MaxBody int
 
 	r      io.ReaderAt
 	size   int64
@@ -143,6 +153,12 @@ func (s *Scanner) next() (Frame, error) {
 			return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: s.off, Seq: s.nextSeq,
 				Msg: fmt.Sprintf("frame length %d exceeds the format maximum", bodyLen)}
 		}
+		if s.MaxBody > 0 && int64(bodyLen) > int64(s.MaxBody) {
+			// NB: before the end-of-file check, which may probe the rest of
+			// the file for a valid record.
+			return Frame{}, &FrameError{Kind: OverLimit, Code: errs.CodeInvalidInput, Offset: s.off, Seq: s.nextSeq,
+				Msg: fmt.Sprintf("frame declares a body of %d bytes, above the %d bytes this reader takes", bodyLen, s.MaxBody)}
+		}
 		n := int64(4) + int64(bodyLen) + HashSize
 		if n > s.size-s.off {
 			// A length that runs past the end is what a torn write leaves —
@@ -199,7 +215,8 @@ func (s *Scanner) next() (Frame, error) {
 // be up to 1 TiB, and a damaged or hostile one larger), so it is read a
 // probeChunk at a time, with at most one candidate frame held whole: memory
 // stays within a frame (bounded by the format, and by the file) and a
-// chunk, whatever the file's size.
+// chunk, whatever the file's size. (From Next, with MaxBody set, the rest
+// of the file is shorter than a frame MaxBody allows.)
 func (s *Scanner) validFrameAfter(from int64) (int64, bool) {
 	var buf []byte
 	var bufStart int64

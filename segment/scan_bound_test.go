@@ -2,10 +2,13 @@ package segment
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
 )
 
 // sparseReaderAt is a file of size bytes that holds pieces at their offsets
@@ -53,6 +56,72 @@ func allocated(fn func()) uint64 {
 	fn()
 	runtime.ReadMemStats(&after)
 	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestScannerMaxBodyRefusesUnread: with MaxBody set, a frame whose length
+// declares a longer body is refused from the length alone — OverLimit,
+// INPUT_001, at the frame's offset and expected seq — whether the file
+// holds the whole declared frame or ends before it, and none of it is read
+// (the scanner read every frame whole before, up to the format's 528 MiB).
+// A frame of exactly MaxBody is read as usual.
+func TestScannerMaxBodyRefusesUnread(t *testing.T) {
+	seg := buildSegment(t, "a", 2, false)
+	limit := max(seg.frames[0].rec.BodySize(), seg.frames[1].rec.BodySize())
+	res := scanWith(bytes.NewReader(seg.data), int64(len(seg.data)), limit)
+	if res.err != nil || len(res.frames) != 2 {
+		t.Fatalf("frames at the limit: %d frames, %v", len(res.frames), res.err)
+	}
+	for _, declared := range []int64{int64(limit) + 1, 64 << 20, MaxFrameBody} {
+		for _, whole := range []bool{true, false} {
+			size := int64(len(seg.data)) + 4 + declared + HashSize
+			if !whole {
+				size = int64(len(seg.data)) + 4 + declared/2
+			}
+			var read int64
+			r := sparseReaderAt{size: size, read: &read, pieces: []sparsePiece{
+				{0, seg.data}, {int64(len(seg.data)), be.AppendUint32(nil, uint32(declared))}}}
+			var got scanResult
+			if n := allocated(func() { got = scanWith(r, size, limit) }); n > 4<<20 {
+				t.Errorf("declared %d (whole %v): allocated %d bytes", declared, whole, n)
+			}
+			if read > 2<<20 {
+				t.Errorf("declared %d (whole %v): read %d bytes", declared, whole, read)
+			}
+			fe := frameErr(t, got.err)
+			if fe.Kind != OverLimit || fe.Code != errs.CodeInvalidInput || fe.Offset != int64(len(seg.data)) || fe.Seq != 3 || len(got.frames) != 2 {
+				t.Fatalf("declared %d (whole %v): %d frames, %s %v", declared, whole, len(got.frames), kindName(fe.Kind), got.err)
+			}
+			if e := fe.AsError("a", "f"); e.Code != errs.CodeInvalidInput || !errors.Is(e, errs.ErrInvalidInput) {
+				t.Fatalf("AsError: %v", e)
+			}
+		}
+	}
+	// Above the format maximum it is corrupt, whatever MaxBody says.
+	b := append(bytes.Clone(seg.data), be.AppendUint32(nil, MaxFrameBody+1)...)
+	if fe := frameErr(t, scanWith(bytes.NewReader(b), int64(len(b)), limit).err); fe.Kind != Corrupt {
+		t.Fatalf("a length above the format: %s", kindName(fe.Kind))
+	}
+}
+
+// scanWith scans like scanAll, with MaxBody set.
+func scanWith(r io.ReaderAt, size int64, maxBody int) scanResult {
+	var res scanResult
+	sc, err := NewScanner(r, size)
+	if err != nil {
+		res.hdrErr = err
+		return res
+	}
+	sc.MaxBody = maxBody
+	for {
+		f, err := sc.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				res.err = err
+			}
+			return res
+		}
+		res.frames = append(res.frames, f)
+	}
 }
 
 // TestWholeRecordAfterBoundedMemory: recovery asks whether a whole record
