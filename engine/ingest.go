@@ -516,8 +516,14 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 		sc, err := segment.NewScanner(f, st.Size())
 		if err != nil {
 			f.Close()
-			return sourceDamage(s, sf.path, err)
+			return db.sourceDamage(s, sf.path, err)
 		}
+		// NB: the source's frame lengths size our reads. A frame longer
+		// than any record our limits allow is refused from its length,
+		// before it is read: arrivalCheck would refuse the record anyway,
+		// after the scan had read and buffered up to the format's 528 MiB
+		// of it (a sparse file costs the source nothing).
+		sc.MaxBody = db.opts.Limits.MaxBody()
 		h := sc.Header
 		if h.Anchor != s.id || h.Segno != sf.segno || h.FirstSeq != next || (i > 0 && h.PrevHash != prev) || (i > 0 && sf.segno != s.segs[i-1].segno+1) {
 			f.Close()
@@ -545,7 +551,7 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 			}
 			if err != nil {
 				f.Close()
-				return sourceDamage(s, sf.path, err)
+				return db.sourceDamage(s, sf.path, err)
 			}
 			if fn != nil && fr.Record.Seq >= from {
 				if err := fn(fr.Record); err != nil {
@@ -573,10 +579,18 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 // context and at Close.
 const scanCtxEvery = 1024
 
-func sourceDamage(s *sourceAnchor, path string, err error) error {
+// sourceDamage is the coded refusal of a source segment the scanner could
+// not read to its end: a torn or corrupt frame (INT_*), or one over our
+// limits (INPUT_001, as a whole record over them is: SPEC §9).
+func (db *DB) sourceDamage(s *sourceAnchor, path string, err error) error {
 	var fe *segment.FrameError
 	if errors.As(err, &fe) {
 		e := fe.AsError(s.id, path)
+		if fe.Kind == segment.OverLimit {
+			l := db.opts.Limits
+			e.Message = fmt.Sprintf("anchor %q arrives at seq %d with a frame over this database's limits (key %d, value %d, idempotency key %d bytes), refused unread: %s",
+				s.id, fe.Seq, l.MaxKey, l.MaxValue, l.MaxIdempotencyKey, e.Message)
+		}
 		if fe.Kind == segment.Torn {
 			e.Message += " (a torn tail: open and close the source database once so its recovery completes, then ingest)"
 		}

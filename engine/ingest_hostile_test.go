@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestIngestLargeFrameRefusedUnread: a source segment whose next frame
+// declares a body longer than any record this database accepts (SPEC §9)
+// is refused from the 4-byte length alone. The ingest read the whole
+// declared frame — up to the format's 528 MiB, a sparse file costs the
+// source nothing — and only then refused it (our last review: "Large
+// frames from an ingest source are read before they are refused"). The
+// test counts the bytes read from the source and the bytes allocated: both
+// must stay far below the declared size. A length no record can have
+// (above the format maximum) stays INT_001, as verify reports it; one a
+// record may have but that is over our limits is INPUT_001, as a whole
+// record over our limits is. Nothing of any anchor is joined.
+func TestIngestLargeFrameRefusedUnread(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		declared uint32 // the frame's body length; 0: a real record with a 32 MiB value
+		code     errs.Code
+		says     string
+	}{
+		{"a real record over our value limit", 0, errs.CodeInvalidInput, "16777216"},
+		{"512 MiB declared", 512 << 20, errs.CodeInvalidInput, "16777216"},
+		{"1 GiB declared", 1 << 30, errs.CodeHashMismatch, "format maximum"},
+		{"4 GiB declared", 0xFFFFFFFE, errs.CodeHashMismatch, "format maximum"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			fs := vfs.Default
+			srcDir := fs.PathJoin(root, "src")
+			// The source ran with a larger value limit than ours.
+			src, err := Open(srcDir, Options{FS: fs, NoSync: true, Limits: segment.Limits{MaxKey: 64 << 10, MaxValue: 64 << 20, MaxIdempotencyKey: 256}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range []string{"good", "a"} {
+				for _, k := range []string{"k1", "k2"} {
+					if _, err := src.Put(ctx, a, []byte(k), []byte("v")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			declared := int64(tc.declared)
+			if tc.declared == 0 {
+				big := bytes.Repeat([]byte("v"), 32<<20)
+				if _, err := src.Put(ctx, "a", []byte("big"), big); err != nil {
+					t.Fatal(err)
+				}
+				declared = int64(len(big))
+			}
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seg := segmentFileOf(fs, srcDir, "a", 1)
+			if tc.declared != 0 {
+				// The third frame's length, then a hole as long as the
+				// frame it declares: the file holds every byte it claims.
+				f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, _ := f.Stat()
+				if _, err := f.Write(binary.BigEndian.AppendUint32(nil, tc.declared)); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Truncate(st.Size() + 4 + declared + segment.HashSize); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			var read atomic.Int64
+			hooked := readHookFS{FS: fs, under: fs.PathJoin(srcDir, segment.AnchorsDir), onRead: func(n int) { read.Add(int64(n)) }}
+			dst, err := Open(fs.PathJoin(root, "dst"), Options{FS: hooked})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rep, err := dst.Ingest(ctx, srcDir, IngestOptions{})
+			runtime.ReadMemStats(&after)
+
+			var e *errs.Error
+			if !errors.As(err, &e) || e.Code != tc.code || e.Anchor != "a" || e.Seq != 3 || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("ingest: %v, want %s for anchor a seq 3 naming %q", err, tc.code, tc.says)
+			}
+			if testing.Verbose() {
+				t.Log(err)
+			}
+			if rep.Appended != 0 || len(heldRecords(t, dst)) != 0 {
+				t.Fatalf("a refused ingest joined %+v", heldRecords(t, dst))
+			}
+			// What is read whole is a scan chunk (1 MiB) at a time.
+			const bound = 4 << 20
+			if n := read.Load(); n > bound {
+				t.Fatalf("read %d bytes of the source for a frame declaring %d", n, declared)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > bound {
+				t.Fatalf("allocated %d bytes for a frame declaring %d", n, declared)
+			}
+		})
+	}
+}
