@@ -52,14 +52,17 @@ const (
 // Fixed limits of the format itself. Configurable limits (Limits) may be lower,
 // never higher.
 const (
-	MaxAnchorID       = 255
-	MaxType           = 64
-	MaxFormatKey      = 16 << 20  // 16 MiB
-	MaxFormatValue    = 512 << 20 // 512 MiB
-	MaxFormatIdemKey  = 4096
-	bodyFixed         = 8 + 8 + 8 + 1 + 4 + 4 + 2 + HashSize
-	frameOverhead     = 4 + HashSize
-	MaxFrameBody      = bodyFixed + MaxType + MaxFormatKey + MaxFormatValue + MaxFormatIdemKey
+	MaxAnchorID      = 255
+	MaxType          = 64
+	MaxFormatKey     = 16 << 20  // 16 MiB
+	MaxFormatValue   = 512 << 20 // 512 MiB
+	MaxFormatIdemKey = 4096
+	bodyFixed        = 8 + 8 + 8 + 1 + 4 + 4 + 2 + HashSize
+	frameOverhead    = 4 + HashSize
+	MaxFrameBody     = bodyFixed + MaxType + MaxFormatKey + MaxFormatValue + MaxFormatIdemKey
+	// MaxFrameSize is the largest frame on disk: a size read from anywhere
+	// (an index row) that is larger names no frame, and must not size a read.
+	MaxFrameSize      = frameOverhead + MaxFrameBody
 	canonicalPrefixSz = 2
 )
 

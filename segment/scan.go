@@ -378,6 +378,12 @@ func (s *Scanner) Count() uint64 { return s.count }
 // a copy: it does not alias buf. It checks the hash, the anchor (through the
 // hash) and that the seq is the one expected.
 func ReadFrameAt(r io.ReaderAt, anchor string, off int64, size int, wantSeq uint64, buf []byte) (Record, []byte, error) {
+	if size < 0 || size > MaxFrameSize {
+		// NB: the size comes from the index; one larger than any frame
+		// must not size the buffer (4 GiB from a damaged row).
+		return Record{}, buf, &FrameError{Kind: Corrupt, Code: errs.CodeIndexMismatch, Offset: off, Seq: wantSeq,
+			Msg: fmt.Sprintf("index says the frame is %d bytes; no frame is larger than %d", size, MaxFrameSize)}
+	}
 	if cap(buf) < size {
 		buf = make([]byte, size)
 	}

@@ -255,3 +255,25 @@ func validFrameAfterWhole(s *Scanner, from int64) (int64, bool) {
 	}
 	return 0, false
 }
+
+// TestReadFrameAtRefusesImpossibleSize: the frame size ReadFrameAt is given
+// comes from an index row. One no frame can have is INT_004 before any
+// buffer is sized by it: a damaged row said 4 GiB, and ReadFrameAt
+// allocated 4 GiB to find the file shorter.
+func TestReadFrameAtRefusesImpossibleSize(t *testing.T) {
+	seg := buildSegment(t, "a", 2, false)
+	fr := seg.frames[1]
+	r := bytes.NewReader(seg.data)
+	if rec, _, err := ReadFrameAt(r, "a", int64(fr.off), fr.size, 2, nil); err != nil || rec.Hash != fr.rec.Hash {
+		t.Fatalf("the frame itself: %v", err)
+	}
+	for _, size := range []int{-1, MaxFrameSize + 1, 1<<32 - 1} {
+		var err error
+		if n := allocated(func() { _, _, err = ReadFrameAt(r, "a", int64(fr.off), size, 2, nil) }); n > 1<<20 {
+			t.Errorf("size %d: allocated %d bytes", size, n)
+		}
+		if fe := frameErr(t, err); fe.Kind != Corrupt || fe.Code != errs.CodeIndexMismatch || fe.Offset != int64(fr.off) || fe.Seq != 2 {
+			t.Fatalf("size %d: %s %s %v", size, kindName(fe.Kind), fe.Code, err)
+		}
+	}
+}
