@@ -166,18 +166,8 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 			return rep, errs.New(errs.CodeChainBroken, "anchor %q is damaged here; it cannot be extended: %s", s.id, info.Damage)
 		}
 		had := info.Records
-		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
-		err = db.scanSource(ctx, s, 0, arrivals.record)
-		if err != nil {
+		if err := db.checkArrival(ctx, s, info); err != nil {
 			return rep, err
-		}
-		if err := db.checkJoin(ctx, s, had, info); err != nil {
-			return rep, err
-		}
-		// Only once the logs agree up to had: the records after it then
-		// continue ours, and what is wrong with them is theirs.
-		if arrivals.err != nil {
-			return rep, arrivals.err
 		}
 		plans = append(plans, plan{s, had})
 		if s.head > had {
@@ -238,6 +228,22 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		rep.Anchors = append(rep.Anchors, ia)
 	}
 	return rep, nil
+}
+
+// checkArrival verifies the arriving log s whole and checks it against
+// ours (info): pass 1 of an ingest, for one anchor.
+func (db *DB) checkArrival(ctx context.Context, s *sourceAnchor, info AnchorInfo) error {
+	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: idemSet{db: db}}
+	defer arrivals.idem.close()
+	if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
+		return err
+	}
+	if err := db.checkJoin(ctx, s, info.Records, info); err != nil {
+		return err
+	}
+	// Only once the logs agree up to had: the records after it then
+	// continue ours, and what is wrong with them is theirs.
+	return arrivals.err
 }
 
 // checkJoin decides whether the arriving log s can join ours (had records,
@@ -307,7 +313,7 @@ type arrivalCheck struct {
 	s    *sourceAnchor
 	had  uint64
 	last uint64
-	seen map[[32]byte]struct{} // hashes of the idempotency keys arriving
+	idem idemSet // the idempotency keys arriving
 	err  error
 }
 
@@ -344,9 +350,11 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 		return nil
 	}
 	h := blake3.Sum256(rec.IdempotencyKey)
-	_, found := c.seen[h]
+	found, err := c.idem.has(h)
+	if err != nil {
+		return err
+	}
 	if !found {
-		var err error
 		if _, found, _, err = c.db.knownIdem(c.s.id, rec.IdempotencyKey); err != nil {
 			return err
 		}
@@ -354,11 +362,7 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 	if found {
 		return refuse(errs.CodeConflict, "anchor %q arrives with idempotency key %q at seq %d, which the anchor already used", c.s.id, rec.IdempotencyKey, rec.Seq)
 	}
-	if c.seen == nil {
-		c.seen = make(map[[32]byte]struct{})
-	}
-	c.seen[h] = struct{}{}
-	return nil
+	return c.idem.add(h)
 }
 
 // firstPrev returns the hash the arriving log's first record links to.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -120,4 +121,81 @@ func TestIngestLargeFrameRefusedUnread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIngestIdempotencyKeysSpill: the idempotency keys of an arriving log
+// are checked for reuse in a set that moves to a scratch store past
+// ingestIdemInMemory keys (it grew in memory with the log, and a source's
+// log may be any length). A key reused after the move is still found,
+// whether its first use was held in memory or in the store; a log without
+// reuse is joined; the scratch store is removed either way.
+func TestIngestIdempotencyKeysSpill(t *testing.T) {
+	defer func(n int) { ingestIdemInMemory = n }(ingestIdemInMemory)
+	ingestIdemInMemory = 4
+	ctx := context.Background()
+	counters := make([]uint64, 20)
+	for i := range counters {
+		counters[i] = uint64(i + 1)
+	}
+	for _, tc := range []struct {
+		name  string
+		reuse int // the index whose key the record at index 15 uses again; -1: none
+	}{
+		{"no reuse", -1},
+		{"first use in memory", 1},
+		{"first use in the store", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			recs := forgedPuts(counters...)
+			for i := range recs {
+				recs[i].IdempotencyKey = []byte(fmt.Sprintf("idem-%d", i))
+			}
+			if tc.reuse >= 0 {
+				recs[15].IdempotencyKey = recs[tc.reuse].IdempotencyKey
+			}
+			src := openAt(t, fs, "src")
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			forgeAnchor(t, fs, "src", "a", recs)
+			var scratch atomic.Int32
+			dst := openAt(t, mkdirHookFS{FS: fs, under: "ingest-idem", made: &scratch}, "dst")
+			defer dst.Close()
+			rep, err := dst.Ingest(ctx, "src", IngestOptions{})
+			if scratch.Load() == 0 {
+				t.Fatal("20 keys over a bound of 4 made no scratch store")
+			}
+			if tc.reuse < 0 {
+				if err != nil || rep.Appended != 20 {
+					t.Fatalf("ingest: %+v %v", rep, err)
+				}
+			} else {
+				var e *errs.Error
+				if !errors.As(err, &e) || e.Code != errs.CodeConflict || e.Anchor != "a" || e.Seq != 16 {
+					t.Fatalf("ingest: %v, want STATE_002 for anchor a seq 16", err)
+				}
+				if held := heldRecords(t, dst); len(held) != 0 {
+					t.Fatalf("a refused ingest joined %v", held)
+				}
+			}
+			if left, _ := fs.List(fs.PathJoin("dst", "tmp")); len(left) != 0 {
+				t.Fatalf("the scratch store is left behind: %v", left)
+			}
+		})
+	}
+}
+
+// mkdirHookFS counts the directories made whose path holds under.
+type mkdirHookFS struct {
+	vfs.FS
+	under string
+	made  *atomic.Int32
+}
+
+func (f mkdirHookFS) MkdirAll(dir string, perm os.FileMode) error {
+	if strings.Contains(dir, f.under) {
+		f.made.Add(1)
+	}
+	return f.FS.MkdirAll(dir, perm)
 }
