@@ -75,6 +75,7 @@ type sourceAnchor struct {
 	dir   string
 	segs  []segFile
 	first uint64 // seq of its first record
+	had   uint64 // the records of it we hold (set by checkArrival)
 	head  uint64
 	hash  segment.Hash
 }
@@ -233,6 +234,7 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 // checkArrival verifies the arriving log s whole and checks it against
 // ours (info): pass 1 of an ingest, for one anchor.
 func (db *DB) checkArrival(ctx context.Context, s *sourceAnchor, info AnchorInfo) error {
+	s.had = info.Records
 	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: idemSet{db: db}}
 	defer arrivals.idem.close()
 	if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
@@ -550,6 +552,9 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 				}
 			}
 			fr, err := sc.Next()
+			if err != nil && !errors.Is(err, io.EOF) {
+				fr, err = db.nextHeld(s, sc, err)
+			}
 			if errors.Is(err, io.EOF) {
 				break
 			}
@@ -577,6 +582,31 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 		s.head, s.hash = next-1, prev
 	}
 	return nil
+}
+
+// nextHeld handles err, the scan of s failing at a frame: when it is a frame
+// over our limits at a seq we hold, it may be the very record we hold,
+// taken under limits since lowered, and it is read if it is no longer than
+// our frame there (a frame with our hash has our length). The source's
+// lengths still size no read beyond what our own log holds.
+func (db *DB) nextHeld(s *sourceAnchor, sc *segment.Scanner, err error) (segment.Frame, error) {
+	var fe *segment.FrameError
+	if !errors.As(err, &fe) || fe.Kind != segment.OverLimit || fe.Seq > s.had {
+		return segment.Frame{}, err
+	}
+	ours, ok, lerr := db.seqEntry(s.id, fe.Seq)
+	if lerr != nil {
+		return segment.Frame{}, lerr
+	}
+	body := int(ours.Size) - 4 - segment.HashSize
+	if !ok || ours.Size == 0 || body <= sc.MaxBody {
+		return segment.Frame{}, err
+	}
+	limit := sc.MaxBody
+	sc.MaxBody = body
+	fr, err := sc.Next()
+	sc.MaxBody = limit
+	return fr, err
 }
 
 // scanCtxEvery is how many records scanSource reads between looks at its

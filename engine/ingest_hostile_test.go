@@ -199,3 +199,71 @@ func (f mkdirHookFS) MkdirAll(dir string, perm os.FileMode) error {
 	}
 	return f.FS.MkdirAll(dir, perm)
 }
+
+// TestIngestHeldRecordOverLoweredLimits: a record we hold that is over our
+// limits — taken when they were larger — may arrive again in the log we
+// ingest, at the same seq. Refusing every source frame over our limits
+// would refuse that log, which before took only its new records: the frame
+// is read when it is no longer than ours at that seq. A new record over our
+// limits is still refused.
+func TestIngestHeldRecordOverLoweredLimits(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	big := Options{FS: fs, SegmentSize: 64 << 20, Limits: segment.Limits{MaxKey: 64 << 10, MaxValue: 4 << 20, MaxIdempotencyKey: 256}}
+	small := big
+	small.Limits.MaxValue = 1 << 20
+	src, err := Open("src", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(db *DB, k string, n int) {
+		t.Helper()
+		if _, err := db.Put(ctx, "a", []byte(k), bytes.Repeat([]byte("v"), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(src, "k1", 1)
+	put(src, "big", 2<<20)
+	put(src, "k2", 1)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := Open("dst", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil || rep.Appended != 3 {
+		t.Fatalf("first ingest: %+v %v", rep, err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if src, err = Open("src", big); err != nil {
+		t.Fatal(err)
+	}
+	put(src, "k3", 1)
+	put(src, "k4", 1)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dst, err = Open("dst", small); err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if rep, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil || rep.Appended != 2 {
+		t.Fatalf("ingest of a log holding our record over our lowered limits: %+v %v", rep, err)
+	}
+	// A new record over our limits is refused.
+	if src, err = Open("src", big); err != nil {
+		t.Fatal(err)
+	}
+	put(src, "big2", 2<<20)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = dst.Ingest(ctx, "src", IngestOptions{})
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.CodeInvalidInput || e.Seq != 6 {
+		t.Fatalf("ingest of a new record over our limits: %v, want INPUT_001 at seq 6", err)
+	}
+}

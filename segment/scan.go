@@ -27,7 +27,7 @@ type Scanner struct {
 	// was altered goes unnoticed: only a rebuild from a verified snapshot uses
 	// it, and verification never does.
 	SkipHashes bool
-	// MaxBody, when > 0 and set before the first Next, is the longest frame
+	// MaxBody, when > 0, is the longest frame
 	// body the caller takes (Limits.MaxBody of its limits). A frame that
 	// declares a longer one is refused from its length alone, before any of
 	// it is read or buffered, with a *FrameError of kind OverLimit: the
@@ -35,7 +35,8 @@ type Scanner struct {
 	// segments (an ingest) must not let it size a read. Zero bounds frames
 	// by the format (MaxFrameBody) and by the file size only, as our own
 	// segments, written under limits that may since have been lowered, are
-	// read.
+	// read. An OverLimit finding alone does not stick: nothing was read, and
+	// a caller that raises MaxBody may call Next again to read the frame.
 	MaxBody int
 
 	r      io.ReaderAt
@@ -116,13 +117,15 @@ func (s *Scanner) window(off int64) []byte { return s.buf[off-s.bufStart:] }
 
 // Next returns the next frame. At the end it returns io.EOF; a seal ends the
 // segment (Footer then reports it). A frame that cannot be read yields a
-// *FrameError whose Offset is the frame's file offset; the scanner stops there.
+// *FrameError whose Offset is the frame's file offset; the scanner stops there
+// (but for an OverLimit finding: see MaxBody).
 func (s *Scanner) Next() (Frame, error) {
 	if s.err != nil {
 		return Frame{}, s.err
 	}
 	f, err := s.next()
-	if err != nil {
+	var fe *FrameError
+	if err != nil && !(errors.As(err, &fe) && fe.Kind == OverLimit) {
 		s.err = err
 	}
 	return f, err

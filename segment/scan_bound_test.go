@@ -96,6 +96,19 @@ func TestScannerMaxBodyRefusesUnread(t *testing.T) {
 			}
 		}
 	}
+	// Raising MaxBody after the finding reads the frame: nothing stuck.
+	sc, err := NewScanner(bytes.NewReader(seg.data), int64(len(seg.data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.MaxBody = seg.frames[0].rec.BodySize() - 1
+	if _, err := sc.Next(); frameErr(t, err).Kind != OverLimit {
+		t.Fatalf("frame 1 over MaxBody: %v", err)
+	}
+	sc.MaxBody = 0
+	if fr, err := sc.Next(); err != nil || fr.Record.Seq != 1 {
+		t.Fatalf("frame 1 after raising MaxBody: %v", err)
+	}
 	// Above the format maximum it is corrupt, whatever MaxBody says.
 	b := append(bytes.Clone(seg.data), be.AppendUint32(nil, MaxFrameBody+1)...)
 	if fe := frameErr(t, scanWith(bytes.NewReader(b), int64(len(b)), limit).err); fe.Kind != Corrupt {
