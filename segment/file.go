@@ -176,7 +176,7 @@ type FrameError struct {
 	Msg    string
 }
 
-// Error says torn or corrupt, the file offset and what was wrong.
+// Error says torn, corrupt or over-limit, the file offset and what was wrong.
 func (e *FrameError) Error() string {
 	kind := "torn"
 	switch e.Kind {

@@ -27,16 +27,16 @@ type Scanner struct {
 	// was altered goes unnoticed: only a rebuild from a verified snapshot uses
 	// it, and verification never does.
 	SkipHashes bool
-	// MaxBody, when > 0, is the longest frame
-	// body the caller takes (Limits.MaxBody of its limits). A frame that
-	// declares a longer one is refused from its length alone, before any of
-	// it is read or buffered, with a *FrameError of kind OverLimit: the
-	// length is the writer's word, and a reader of another database's
-	// segments (an ingest) must not let it size a read. Zero bounds frames
-	// by the format (MaxFrameBody) and by the file size only, as our own
-	// segments, written under limits that may since have been lowered, are
-	// read. An OverLimit finding alone does not stick: nothing was read, and
-	// a caller that raises MaxBody may call Next again to read the frame.
+	// MaxBody, when > 0, is the longest frame body the caller takes
+	// (Limits.MaxBody of its limits). A frame that declares a longer one is
+	// refused from its length alone, before any of it is read or buffered,
+	// with a *FrameError of kind OverLimit: the length is the writer's word,
+	// and a reader of another database's segments (an ingest) must not let
+	// it size a read. Zero bounds frames by the format (MaxFrameBody) and by
+	// the file size only, as our own segments, written under limits that
+	// may since have been lowered, are read. An OverLimit finding alone does
+	// not stick: nothing was read, and a caller that raises MaxBody may call
+	// Next again to read the frame.
 	MaxBody int
 
 	r      io.ReaderAt
