@@ -75,6 +75,7 @@ type sourceAnchor struct {
 	dir   string
 	segs  []segFile
 	first uint64 // seq of its first record
+	had   uint64 // the records of it we hold (set by checkArrival)
 	head  uint64
 	hash  segment.Hash
 }
@@ -166,18 +167,8 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 			return rep, errs.New(errs.CodeChainBroken, "anchor %q is damaged here; it cannot be extended: %s", s.id, info.Damage)
 		}
 		had := info.Records
-		arrivals := &arrivalCheck{db: db, s: s, had: had, last: info.LastCounter}
-		err = db.scanSource(ctx, s, 0, arrivals.record)
-		if err != nil {
+		if err := db.checkArrival(ctx, s, info); err != nil {
 			return rep, err
-		}
-		if err := db.checkJoin(ctx, s, had, info); err != nil {
-			return rep, err
-		}
-		// Only once the logs agree up to had: the records after it then
-		// continue ours, and what is wrong with them is theirs.
-		if arrivals.err != nil {
-			return rep, arrivals.err
 		}
 		plans = append(plans, plan{s, had})
 		if s.head > had {
@@ -238,6 +229,23 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		rep.Anchors = append(rep.Anchors, ia)
 	}
 	return rep, nil
+}
+
+// checkArrival verifies the arriving log s whole and checks it against
+// ours (info): pass 1 of an ingest, for one anchor.
+func (db *DB) checkArrival(ctx context.Context, s *sourceAnchor, info AnchorInfo) error {
+	s.had = info.Records
+	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: idemSet{db: db}}
+	defer arrivals.idem.close()
+	if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
+		return err
+	}
+	if err := db.checkJoin(ctx, s, info.Records, info); err != nil {
+		return err
+	}
+	// Only once the logs agree up to had: the records after it then
+	// continue ours, and what is wrong with them is theirs.
+	return arrivals.err
 }
 
 // checkJoin decides whether the arriving log s can join ours (had records,
@@ -307,7 +315,7 @@ type arrivalCheck struct {
 	s    *sourceAnchor
 	had  uint64
 	last uint64
-	seen map[[32]byte]struct{} // hashes of the idempotency keys arriving
+	idem idemSet // the idempotency keys arriving
 	err  error
 }
 
@@ -344,9 +352,11 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 		return nil
 	}
 	h := blake3.Sum256(rec.IdempotencyKey)
-	_, found := c.seen[h]
+	found, err := c.idem.has(h)
+	if err != nil {
+		return err
+	}
 	if !found {
-		var err error
 		if _, found, _, err = c.db.knownIdem(c.s.id, rec.IdempotencyKey); err != nil {
 			return err
 		}
@@ -354,11 +364,7 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 	if found {
 		return refuse(errs.CodeConflict, "anchor %q arrives with idempotency key %q at seq %d, which the anchor already used", c.s.id, rec.IdempotencyKey, rec.Seq)
 	}
-	if c.seen == nil {
-		c.seen = make(map[[32]byte]struct{})
-	}
-	c.seen[h] = struct{}{}
-	return nil
+	return c.idem.add(h)
 }
 
 // firstPrev returns the hash the arriving log's first record links to.
@@ -516,8 +522,14 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 		sc, err := segment.NewScanner(f, st.Size())
 		if err != nil {
 			f.Close()
-			return sourceDamage(s, sf.path, err)
+			return db.sourceDamage(s, sf.path, err)
 		}
+		// NB: the source's frame lengths size our reads. A frame longer
+		// than any record our limits allow is refused from its length,
+		// before it is read: arrivalCheck would refuse the record anyway,
+		// after the scan had read and buffered up to the format's 528 MiB
+		// of it (a sparse file costs the source nothing).
+		sc.MaxBody = db.opts.Limits.MaxBody()
 		h := sc.Header
 		if h.Anchor != s.id || h.Segno != sf.segno || h.FirstSeq != next || (i > 0 && h.PrevHash != prev) || (i > 0 && sf.segno != s.segs[i-1].segno+1) {
 			f.Close()
@@ -540,12 +552,15 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 				}
 			}
 			fr, err := sc.Next()
+			if err != nil && !errors.Is(err, io.EOF) {
+				fr, err = db.nextHeld(s, sc, err)
+			}
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
 				f.Close()
-				return sourceDamage(s, sf.path, err)
+				return db.sourceDamage(s, sf.path, err)
 			}
 			if fn != nil && fr.Record.Seq >= from {
 				if err := fn(fr.Record); err != nil {
@@ -569,14 +584,47 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 	return nil
 }
 
+// nextHeld handles err, the scan of s failing at a frame: when it is a frame
+// over our limits at a seq we hold, it may be the very record we hold,
+// taken under limits since lowered, and it is read if it is no longer than
+// our frame there (a frame with our hash has our length). The source's
+// lengths still size no read beyond what our own log holds.
+func (db *DB) nextHeld(s *sourceAnchor, sc *segment.Scanner, err error) (segment.Frame, error) {
+	var fe *segment.FrameError
+	if !errors.As(err, &fe) || fe.Kind != segment.OverLimit || fe.Seq > s.had {
+		return segment.Frame{}, err
+	}
+	ours, ok, lerr := db.seqEntry(s.id, fe.Seq)
+	if lerr != nil {
+		return segment.Frame{}, lerr
+	}
+	body := int(ours.Size) - 4 - segment.HashSize
+	if !ok || ours.Size == 0 || body <= sc.MaxBody {
+		return segment.Frame{}, err
+	}
+	limit := sc.MaxBody
+	sc.MaxBody = body
+	fr, err := sc.Next()
+	sc.MaxBody = limit
+	return fr, err
+}
+
 // scanCtxEvery is how many records scanSource reads between looks at its
 // context and at Close.
 const scanCtxEvery = 1024
 
-func sourceDamage(s *sourceAnchor, path string, err error) error {
+// sourceDamage is the coded refusal of a source segment the scanner could
+// not read to its end: a torn or corrupt frame (INT_*), or one over our
+// limits (INPUT_001, as a whole record over them is: SPEC §9).
+func (db *DB) sourceDamage(s *sourceAnchor, path string, err error) error {
 	var fe *segment.FrameError
 	if errors.As(err, &fe) {
 		e := fe.AsError(s.id, path)
+		if fe.Kind == segment.OverLimit {
+			l := db.opts.Limits
+			e.Message = fmt.Sprintf("anchor %q arrives at seq %d with a frame over this database's limits (key %d, value %d, idempotency key %d bytes), refused unread: %s",
+				s.id, fe.Seq, l.MaxKey, l.MaxValue, l.MaxIdempotencyKey, e.Message)
+		}
 		if fe.Kind == segment.Torn {
 			e.Message += " (a torn tail: open and close the source database once so its recovery completes, then ingest)"
 		}

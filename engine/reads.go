@@ -414,6 +414,12 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 		return r.db.retained(r.anchor, seq, e.Hash)
 	}
 	path := r.db.fs.PathJoin(r.dir, segment.FileName(e.Segno))
+	if e.Size > segment.MaxFrameSize {
+		// NB: the row's size sizes the read below; a damaged row may say
+		// 4 GiB, which no frame is.
+		return segment.Record{}, errs.New(errs.CodeIndexMismatch, "index row of anchor %q seq %d says its frame is %d bytes; no frame is larger than %d",
+			r.anchor, seq, e.Size, segment.MaxFrameSize).At(r.anchor, seq, path, e.Offset)
+	}
 	end := e.Offset + int64(e.Size)
 	if err := r.db.ensureWritten(r.anchor, e.Segno, end); err != nil {
 		return segment.Record{}, err

@@ -332,17 +332,7 @@ func (rc *reconciler) cut(a *anchor, s segFile, at, size int64, why *segment.Fra
 // truncateFile shortens path to size by rewriting its prefix through a
 // temporary file and a rename (vfs has no truncate, and a rename is atomic).
 func (db *DB) truncateFile(path string, size int64) error {
-	f, err := db.fs.Open(path)
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
-	}
-	buf := make([]byte, size)
-	_, err = f.ReadAt(buf, 0)
-	_ = f.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
-	}
-	return db.writeWholeFile(path, buf)
+	return db.writeFileFrom(path, path, 0, size)
 }
 
 // saveCut copies bytes [from, to) of path into lost+found and returns the
@@ -352,23 +342,13 @@ func (rc *reconciler) saveCut(path, pathID string, segno uint64, from, to int64)
 	if to <= from {
 		return "", nil
 	}
-	f, err := db.fs.Open(path)
-	if err != nil {
-		return "", errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
-	}
-	buf := make([]byte, to-from)
-	_, err = f.ReadAt(buf, from)
-	_ = f.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
-	}
 	lf := db.fs.PathJoin(db.dir, LostAndFound)
 	if err := db.fs.MkdirAll(lf, 0o755); err != nil {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", lf)
 	}
 	// The time keeps a second cut at the same place from replacing the first.
 	dst := db.fs.PathJoin(lf, fmt.Sprintf("%s-%s-%d-%d.cut", pathID, segment.FileName(segno), from, db.opts.Clock().UnixNano()))
-	if err := db.writeWholeFile(dst, buf); err != nil {
+	if err := db.writeFileFrom(dst, path, from, to); err != nil {
 		return "", err
 	}
 	if err := db.syncDir(db.dir); err != nil {

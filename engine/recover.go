@@ -579,24 +579,10 @@ func (db *DB) restoreSealAfter(a *anchor, f vfs.File, path string, off int64, la
 // writeWholeFile writes data to path through a temporary file and a rename,
 // so path holds either its old content or all of data.
 func (db *DB) writeWholeFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := db.fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", tmp)
-	}
-	_, err = f.Write(slices.Clone(data)) // vfs may scribble on what it is given
-	if err == nil {
-		err = f.Sync()
-	}
-	err = errors.Join(err, f.Close())
-	if err == nil {
-		err = db.fs.Rename(tmp, path)
-	}
-	if err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "write %s", path)
-	}
-	db.files.forget(path)
-	return db.syncDir(db.fs.PathDir(path))
+	return db.replaceFile(path, func(f vfs.File) error {
+		_, err := f.Write(slices.Clone(data)) // vfs may scribble on what it is given
+		return err
+	})
 }
 
 func (db *DB) markDirty(path string, dirs ...string) {

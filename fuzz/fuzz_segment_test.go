@@ -272,8 +272,10 @@ func FuzzScanner(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("ANCHSEG\n"))
 	f.Add(bytes.Repeat([]byte{0xFF}, 200))
+	f.Add(append(segmentFile("a", 2, false), 0, 0x10, 0, 0)) // a frame over scanLimit
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkScan(t, data)
+		checkScanLimited(t, data)
 	})
 }
 
@@ -291,6 +293,10 @@ func FuzzScannerFrames(f *testing.F) {
 	f.Add([]byte{}, false)
 	f.Add([]byte{0xFF, 0xFF, 0xFF, 0xFF}, true)
 	f.Add(bytes.Repeat([]byte{0}, 120), true)
+	// A frame over scanLimit, whole and cut short.
+	over := segment.Record{Anchor: "a", Seq: 1, Counter: 1, Type: segment.TypePut, Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 200), PrevHash: segment.GenesisHash("a")}
+	f.Add(frameOf(over), false)
+	f.Add(frameOf(over)[:100], false)
 	f.Fuzz(func(t *testing.T, tail []byte, fixHashes bool) {
 		h := segment.Header{Anchor: "a", Segno: 1, FirstSeq: 1, PrevHash: segment.GenesisHash("a")}
 		data := segment.AppendHeader(nil, &h)
@@ -300,6 +306,7 @@ func FuzzScannerFrames(f *testing.F) {
 			fixup(data, start, h)
 		}
 		checkScan(t, data)
+		checkScanLimited(t, data)
 	})
 }
 

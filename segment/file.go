@@ -160,22 +160,30 @@ const (
 	Torn FrameErrorKind = iota + 1
 	// Corrupt means the bytes are all there and wrong.
 	Corrupt
+	// OverLimit means a frame declares a body longer than the reader takes
+	// (Scanner.MaxBody): it may be a good record, written under larger
+	// limits, but it is refused unread (INPUT_001). Never torn: nothing is
+	// cut for it.
+	OverLimit
 )
 
 // FrameError reports a frame that cannot be read, with its file offset.
 type FrameError struct {
 	Kind   FrameErrorKind
-	Code   errs.Code // for Corrupt: INT_001 (content) or INT_002 (chain)
+	Code   errs.Code // for Corrupt: INT_001 (content) or INT_002 (chain); for OverLimit: INPUT_001
 	Offset int64
 	Seq    uint64 // the seq expected at Offset, when known
 	Msg    string
 }
 
-// Error says torn or corrupt, the file offset and what was wrong.
+// Error says torn, corrupt or over-limit, the file offset and what was wrong.
 func (e *FrameError) Error() string {
 	kind := "torn"
-	if e.Kind == Corrupt {
+	switch e.Kind {
+	case Corrupt:
 		kind = "corrupt"
+	case OverLimit:
+		kind = "over-limit"
 	}
 	return fmt.Sprintf("%s frame at offset %d: %s", kind, e.Offset, e.Msg)
 }

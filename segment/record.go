@@ -52,14 +52,17 @@ const (
 // Fixed limits of the format itself. Configurable limits (Limits) may be lower,
 // never higher.
 const (
-	MaxAnchorID       = 255
-	MaxType           = 64
-	MaxFormatKey      = 16 << 20  // 16 MiB
-	MaxFormatValue    = 512 << 20 // 512 MiB
-	MaxFormatIdemKey  = 4096
-	bodyFixed         = 8 + 8 + 8 + 1 + 4 + 4 + 2 + HashSize
-	frameOverhead     = 4 + HashSize
-	MaxFrameBody      = bodyFixed + MaxType + MaxFormatKey + MaxFormatValue + MaxFormatIdemKey
+	MaxAnchorID      = 255
+	MaxType          = 64
+	MaxFormatKey     = 16 << 20  // 16 MiB
+	MaxFormatValue   = 512 << 20 // 512 MiB
+	MaxFormatIdemKey = 4096
+	bodyFixed        = 8 + 8 + 8 + 1 + 4 + 4 + 2 + HashSize
+	frameOverhead    = 4 + HashSize
+	MaxFrameBody     = bodyFixed + MaxType + MaxFormatKey + MaxFormatValue + MaxFormatIdemKey
+	// MaxFrameSize is the largest frame on disk: a size read from anywhere
+	// (an index row) that is larger names no frame, and must not size a read.
+	MaxFrameSize      = frameOverhead + MaxFrameBody
 	canonicalPrefixSz = 2
 )
 
@@ -87,6 +90,14 @@ func (l Limits) Validate() error {
 		return errs.New(errs.CodeInvalidInput, "idempotency key limit %d outside 1..%d", l.MaxIdempotencyKey, MaxFormatIdemKey)
 	}
 	return nil
+}
+
+// MaxBody is the longest frame body a record within l can have: the fixed
+// fields, the longest type, and a key, value and idempotency key at their
+// limits. A reader that takes records only within l (an ingest) refuses a
+// frame declaring more from its length alone, before reading it.
+func (l Limits) MaxBody() int {
+	return bodyFixed + MaxType + l.MaxKey + l.MaxValue + l.MaxIdempotencyKey
 }
 
 // Record is one entry of an anchor log.

@@ -27,6 +27,17 @@ type Scanner struct {
 	// was altered goes unnoticed: only a rebuild from a verified snapshot uses
 	// it, and verification never does.
 	SkipHashes bool
+	// MaxBody, when > 0, is the longest frame body the caller takes
+	// (Limits.MaxBody of its limits). A frame that declares a longer one is
+	// refused from its length alone, before any of it is read or buffered,
+	// with a *FrameError of kind OverLimit: the length is the writer's word,
+	// and a reader of another database's segments (an ingest) must not let
+	// it size a read. Zero bounds frames by the format (MaxFrameBody) and by
+	// the file size only, as our own segments, written under limits that
+	// may since have been lowered, are read. An OverLimit finding alone does
+	// not stick: nothing was read, and a caller that raises MaxBody may call
+	// Next again to read the frame.
+	MaxBody int
 
 	r      io.ReaderAt
 	size   int64
@@ -106,13 +117,15 @@ func (s *Scanner) window(off int64) []byte { return s.buf[off-s.bufStart:] }
 
 // Next returns the next frame. At the end it returns io.EOF; a seal ends the
 // segment (Footer then reports it). A frame that cannot be read yields a
-// *FrameError whose Offset is the frame's file offset; the scanner stops there.
+// *FrameError whose Offset is the frame's file offset; the scanner stops there
+// (but for an OverLimit finding: see MaxBody).
 func (s *Scanner) Next() (Frame, error) {
 	if s.err != nil {
 		return Frame{}, s.err
 	}
 	f, err := s.next()
-	if err != nil {
+	var fe *FrameError
+	if err != nil && !(errors.As(err, &fe) && fe.Kind == OverLimit) {
 		s.err = err
 	}
 	return f, err
@@ -142,6 +155,12 @@ func (s *Scanner) next() (Frame, error) {
 		if bodyLen > maxFrameBody || bodyLen > MaxFrameBody {
 			return Frame{}, &FrameError{Kind: Corrupt, Code: errs.CodeHashMismatch, Offset: s.off, Seq: s.nextSeq,
 				Msg: fmt.Sprintf("frame length %d exceeds the format maximum", bodyLen)}
+		}
+		if s.MaxBody > 0 && int64(bodyLen) > int64(s.MaxBody) {
+			// NB: before the end-of-file check, which may probe the rest of
+			// the file for a valid record.
+			return Frame{}, &FrameError{Kind: OverLimit, Code: errs.CodeInvalidInput, Offset: s.off, Seq: s.nextSeq,
+				Msg: fmt.Sprintf("frame declares a body of %d bytes, above the %d bytes this reader takes", bodyLen, s.MaxBody)}
 		}
 		n := int64(4) + int64(bodyLen) + HashSize
 		if n > s.size-s.off {
@@ -194,38 +213,119 @@ func (s *Scanner) next() (Frame, error) {
 // seq at or after the expected one, or a valid seal, starts at or after from.
 // Every candidate must pass its hash, so random bytes never qualify. It runs
 // only when a frame looks torn, to tell a torn tail from a damaged length.
+//
+// NB: the rest of the file may be far larger than any frame (a segment may
+// be up to 1 TiB, and a damaged or hostile one larger), so it is read a
+// probeChunk at a time, with at most one candidate frame held whole: memory
+// stays within a frame (bounded by the format, and by the file) and a
+// chunk, whatever the file's size. (From Next, with MaxBody set, the rest
+// of the file is shorter than a frame MaxBody allows.)
 func (s *Scanner) validFrameAfter(from int64) (int64, bool) {
-	if from >= s.size {
-		return 0, false
+	var buf []byte
+	var bufStart int64
+	// at returns the buffered bytes from off on, holding at least n of them.
+	at := func(off, n int64) ([]byte, bool) {
+		if off >= bufStart && off+n <= bufStart+int64(len(buf)) {
+			return buf[off-bufStart:], true
+		}
+		want := min(n+probeChunk, s.size-off)
+		if int64(cap(buf)) < want {
+			buf = make([]byte, want)
+		}
+		buf = buf[:want]
+		if m, err := s.r.ReadAt(buf, off); err != nil && int64(m) != want {
+			return nil, false
+		}
+		bufStart = off
+		return buf, true
 	}
-	tail := make([]byte, s.size-from)
-	if n, err := s.r.ReadAt(tail, from); err != nil && n != len(tail) {
-		return 0, false
-	}
-	for i := 0; i+4+bodyFixed+HashSize <= len(tail) || i+FooterSize <= len(tail); i++ {
-		w := tail[i:]
-		if len(w) >= FooterSize && be.Uint32(w) == sealMarker {
+	const minFrame = 4 + bodyFixed + HashSize
+	for off := from; s.size-off >= FooterSize; off++ {
+		rest := s.size - off
+		w, ok := at(off, min(rest, minFrame))
+		if !ok {
+			return 0, false
+		}
+		if be.Uint32(w) == sealMarker {
 			if _, err := parseFooter(w[:FooterSize], s.Header.Checksum); err == nil {
-				return from + int64(i), true
+				return off, true
 			}
 			continue
 		}
-		if len(w) < 4+bodyFixed+HashSize {
+		if rest < minFrame {
 			continue
 		}
-		bodyLen := int(be.Uint32(w))
-		if bodyLen < bodyFixed || 4+bodyLen+HashSize > len(w) {
+		bodyLen := int64(be.Uint32(w))
+		n := 4 + bodyLen + HashSize
+		if bodyLen < bodyFixed || bodyLen > MaxFrameBody || n > rest {
 			continue
 		}
 		if seq := be.Uint64(w[4:]); seq < s.nextSeq {
 			continue
 		}
-		if _, _, err := ParseFrame(s.Header.Anchor, w); err == nil {
-			return from + int64(i), true
+		if n > probeChunk {
+			// NB: a candidate is read whole only once its lengths tile its
+			// body as a record's do; damaged or random bytes claim long
+			// lengths often, and tile almost never.
+			tiles, ok := s.bodyTiles(off, bodyLen, buf, bufStart)
+			if !ok {
+				return 0, false
+			}
+			if !tiles {
+				continue
+			}
+		}
+		if w, ok = at(off, n); !ok {
+			return 0, false
+		}
+		if _, _, err := ParseFrame(s.Header.Anchor, w[:n]); err == nil {
+			return off, true
 		}
 	}
 	return 0, false
 }
+
+// bodyTiles reports whether the lengths inside the frame body of bodyLen
+// bytes at off (type, key, value, idempotency key, then the prev hash) end
+// exactly where the body does, as DecodeBody requires, reading only the
+// length fields: from buf (file offset bufStart) where it holds them, else
+// from the file. ok is false when a read fails.
+func (s *Scanner) bodyTiles(off, bodyLen int64, buf []byte, bufStart int64) (tiles, ok bool) {
+	var scratch [4]byte
+	field := func(p, k int64) ([]byte, bool) {
+		at := off + 4 + p
+		if at >= bufStart && at+k <= bufStart+int64(len(buf)) {
+			return buf[at-bufStart : at-bufStart+k], true
+		}
+		if m, err := s.r.ReadAt(scratch[:k], at); err != nil && int64(m) != k {
+			return nil, false
+		}
+		return scratch[:k], true
+	}
+	b, ok := field(24, 1)
+	if !ok {
+		return false, false
+	}
+	p := 25 + int64(b[0])
+	for _, width := range []int64{4, 4, 2} { // key, value, idempotency key
+		if p+width > bodyLen {
+			return false, true
+		}
+		if b, ok = field(p, width); !ok {
+			return false, false
+		}
+		n := int64(be.Uint16(b))
+		if width == 4 {
+			n = int64(be.Uint32(b))
+		}
+		p += width + n
+	}
+	return bodyLen-p == HashSize, true
+}
+
+// probeChunk is how much of the file validFrameAfter reads at a time, beyond
+// the candidate frame it needs whole.
+const probeChunk = 1 << 20
 
 func (s *Scanner) readSeal() error {
 	if s.size-s.off < FooterSize {
@@ -281,6 +381,12 @@ func (s *Scanner) Count() uint64 { return s.count }
 // a copy: it does not alias buf. It checks the hash, the anchor (through the
 // hash) and that the seq is the one expected.
 func ReadFrameAt(r io.ReaderAt, anchor string, off int64, size int, wantSeq uint64, buf []byte) (Record, []byte, error) {
+	if size < 0 || size > MaxFrameSize {
+		// NB: the size comes from the index; one larger than any frame
+		// must not size the buffer (4 GiB from a damaged row).
+		return Record{}, buf, &FrameError{Kind: Corrupt, Code: errs.CodeIndexMismatch, Offset: off, Seq: wantSeq,
+			Msg: fmt.Sprintf("index says the frame is %d bytes; no frame is larger than %d", size, MaxFrameSize)}
+	}
 	if cap(buf) < size {
 		buf = make([]byte, size)
 	}

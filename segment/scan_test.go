@@ -322,6 +322,8 @@ func kindName(k FrameErrorKind) string {
 		return "Torn"
 	case Corrupt:
 		return "Corrupt"
+	case OverLimit:
+		return "OverLimit"
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }

@@ -1,0 +1,269 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// TestIngestLargeFrameRefusedUnread: a source segment whose next frame
+// declares a body longer than any record this database accepts (SPEC §9)
+// is refused from the 4-byte length alone. The ingest read the whole
+// declared frame — up to the format's 528 MiB, a sparse file costs the
+// source nothing — and only then refused it (our last review: "Large
+// frames from an ingest source are read before they are refused"). The
+// test counts the bytes read from the source and the bytes allocated: both
+// must stay far below the declared size. A length no record can have
+// (above the format maximum) stays INT_001, as verify reports it; one a
+// record may have but that is over our limits is INPUT_001, as a whole
+// record over our limits is. Nothing of any anchor is joined.
+func TestIngestLargeFrameRefusedUnread(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		declared uint32 // the frame's body length; 0: a real record with a 32 MiB value
+		code     errs.Code
+		says     string
+	}{
+		{"a real record over our value limit", 0, errs.CodeInvalidInput, "16777216"},
+		{"512 MiB declared", 512 << 20, errs.CodeInvalidInput, "16777216"},
+		{"1 GiB declared", 1 << 30, errs.CodeHashMismatch, "format maximum"},
+		{"4 GiB declared", 0xFFFFFFFE, errs.CodeHashMismatch, "format maximum"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			fs := vfs.Default
+			srcDir := fs.PathJoin(root, "src")
+			// The source ran with a larger value limit than ours.
+			src, err := Open(srcDir, Options{FS: fs, NoSync: true, Limits: segment.Limits{MaxKey: 64 << 10, MaxValue: 64 << 20, MaxIdempotencyKey: 256}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range []string{"good", "a"} {
+				for _, k := range []string{"k1", "k2"} {
+					if _, err := src.Put(ctx, a, []byte(k), []byte("v")); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			declared := int64(tc.declared)
+			if tc.declared == 0 {
+				big := bytes.Repeat([]byte("v"), 32<<20)
+				if _, err := src.Put(ctx, "a", []byte("big"), big); err != nil {
+					t.Fatal(err)
+				}
+				declared = int64(len(big))
+			}
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			seg := segmentFileOf(fs, srcDir, "a", 1)
+			if tc.declared != 0 {
+				// The third frame's length, then a hole as long as the
+				// frame it declares: the file holds every byte it claims.
+				f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, _ := f.Stat()
+				if _, err := f.Write(binary.BigEndian.AppendUint32(nil, tc.declared)); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Truncate(st.Size() + 4 + declared + segment.HashSize); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			var read atomic.Int64
+			hooked := readHookFS{FS: fs, under: fs.PathJoin(srcDir, segment.AnchorsDir), onRead: func(n int) { read.Add(int64(n)) }}
+			dst, err := Open(fs.PathJoin(root, "dst"), Options{FS: hooked})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dst.Close()
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			rep, err := dst.Ingest(ctx, srcDir, IngestOptions{})
+			runtime.ReadMemStats(&after)
+
+			var e *errs.Error
+			if !errors.As(err, &e) || e.Code != tc.code || e.Anchor != "a" || e.Seq != 3 || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("ingest: %v, want %s for anchor a seq 3 naming %q", err, tc.code, tc.says)
+			}
+			if testing.Verbose() {
+				t.Log(err)
+			}
+			if rep.Appended != 0 || len(heldRecords(t, dst)) != 0 {
+				t.Fatalf("a refused ingest joined %+v", heldRecords(t, dst))
+			}
+			// What is read whole is a scan chunk (1 MiB) at a time.
+			const bound = 4 << 20
+			if n := read.Load(); n > bound {
+				t.Fatalf("read %d bytes of the source for a frame declaring %d", n, declared)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > bound {
+				t.Fatalf("allocated %d bytes for a frame declaring %d", n, declared)
+			}
+		})
+	}
+}
+
+// TestIngestIdempotencyKeysSpill: the idempotency keys of an arriving log
+// are checked for reuse in a set that moves to a scratch store past
+// ingestIdemInMemory keys (it grew in memory with the log, and a source's
+// log may be any length). A key reused after the move is still found,
+// whether its first use was held in memory or in the store; a log without
+// reuse is joined; the scratch store is removed either way.
+func TestIngestIdempotencyKeysSpill(t *testing.T) {
+	defer func(n int) { ingestIdemInMemory = n }(ingestIdemInMemory)
+	ingestIdemInMemory = 4
+	ctx := context.Background()
+	counters := make([]uint64, 20)
+	for i := range counters {
+		counters[i] = uint64(i + 1)
+	}
+	for _, tc := range []struct {
+		name  string
+		reuse int // the index whose key the record at index 15 uses again; -1: none
+	}{
+		{"no reuse", -1},
+		{"first use in memory", 1},
+		{"first use in the store", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			recs := forgedPuts(counters...)
+			for i := range recs {
+				recs[i].IdempotencyKey = []byte(fmt.Sprintf("idem-%d", i))
+			}
+			if tc.reuse >= 0 {
+				recs[15].IdempotencyKey = recs[tc.reuse].IdempotencyKey
+			}
+			src := openAt(t, fs, "src")
+			if err := src.Close(); err != nil {
+				t.Fatal(err)
+			}
+			forgeAnchor(t, fs, "src", "a", recs)
+			var scratch atomic.Int32
+			dst := openAt(t, mkdirHookFS{FS: fs, under: "ingest-idem", made: &scratch}, "dst")
+			defer dst.Close()
+			rep, err := dst.Ingest(ctx, "src", IngestOptions{})
+			if scratch.Load() == 0 {
+				t.Fatal("20 keys over a bound of 4 made no scratch store")
+			}
+			if tc.reuse < 0 {
+				if err != nil || rep.Appended != 20 {
+					t.Fatalf("ingest: %+v %v", rep, err)
+				}
+			} else {
+				var e *errs.Error
+				if !errors.As(err, &e) || e.Code != errs.CodeConflict || e.Anchor != "a" || e.Seq != 16 {
+					t.Fatalf("ingest: %v, want STATE_002 for anchor a seq 16", err)
+				}
+				if held := heldRecords(t, dst); len(held) != 0 {
+					t.Fatalf("a refused ingest joined %v", held)
+				}
+			}
+			if left, _ := fs.List(fs.PathJoin("dst", "tmp")); len(left) != 0 {
+				t.Fatalf("the scratch store is left behind: %v", left)
+			}
+		})
+	}
+}
+
+// mkdirHookFS counts the directories made whose path holds under.
+type mkdirHookFS struct {
+	vfs.FS
+	under string
+	made  *atomic.Int32
+}
+
+func (f mkdirHookFS) MkdirAll(dir string, perm os.FileMode) error {
+	if strings.Contains(dir, f.under) {
+		f.made.Add(1)
+	}
+	return f.FS.MkdirAll(dir, perm)
+}
+
+// TestIngestHeldRecordOverLoweredLimits: a record we hold that is over our
+// limits — taken when they were larger — may arrive again in the log we
+// ingest, at the same seq. Refusing every source frame over our limits
+// would refuse that log, which before took only its new records: the frame
+// is read when it is no longer than ours at that seq. A new record over our
+// limits is still refused.
+func TestIngestHeldRecordOverLoweredLimits(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	big := Options{FS: fs, SegmentSize: 64 << 20, Limits: segment.Limits{MaxKey: 64 << 10, MaxValue: 4 << 20, MaxIdempotencyKey: 256}}
+	small := big
+	small.Limits.MaxValue = 1 << 20
+	src, err := Open("src", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(db *DB, k string, n int) {
+		t.Helper()
+		if _, err := db.Put(ctx, "a", []byte(k), bytes.Repeat([]byte("v"), n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(src, "k1", 1)
+	put(src, "big", 2<<20)
+	put(src, "k2", 1)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst, err := Open("dst", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil || rep.Appended != 3 {
+		t.Fatalf("first ingest: %+v %v", rep, err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if src, err = Open("src", big); err != nil {
+		t.Fatal(err)
+	}
+	put(src, "k3", 1)
+	put(src, "k4", 1)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dst, err = Open("dst", small); err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if rep, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil || rep.Appended != 2 {
+		t.Fatalf("ingest of a log holding our record over our lowered limits: %+v %v", rep, err)
+	}
+	// A new record over our limits is refused.
+	if src, err = Open("src", big); err != nil {
+		t.Fatal(err)
+	}
+	put(src, "big2", 2<<20)
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = dst.Ingest(ctx, "src", IngestOptions{})
+	var e *errs.Error
+	if !errors.As(err, &e) || e.Code != errs.CodeInvalidInput || e.Seq != 6 {
+		t.Fatalf("ingest of a new record over our limits: %v, want INPUT_001 at seq 6", err)
+	}
+}
