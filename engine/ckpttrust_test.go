@@ -3,15 +3,20 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/zeebo/blake3"
 )
 
 // ckptTrustFixture is a database whose anchor "a" holds 310 records over
@@ -184,4 +189,160 @@ func mustAnchor(t *testing.T, db *DB, id string) AnchorInfo {
 	}
 	t.Fatalf("no anchor %q", id)
 	return AnchorInfo{}
+}
+
+// A checkpoint stored before checkpoints were audited — here one signed
+// with the database's own key and put in place as CreateCheckpoint would
+// have — bounds no cut: without a key nothing tells it from a forgery. The
+// plan names each (the newest few one by one, the rest in one note) and
+// says what lifts the bound; the next CreateCheckpoint, recorded in the
+// audit log, does.
+func TestUnauditedCheckpointWaitsForTheNext(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := ckptTrustFixture(t, fs)
+	defer db.Close()
+	skey, _ := coverKeys(t)
+	const legacy = maxCheckpointNotes + 2
+	var names []string
+	for i := range legacy {
+		at := time.Date(2026, 11, 27, 7, 0, i, 0, time.UTC)
+		msg, err := proof.Sign(headCheckpointBody(t, db, at).Marshal(), skey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, storedName(uint64(2+i), at))
+		writeAll(t, fs, fs.PathJoin("db", CheckpointsDir, names[i]), msg)
+	}
+
+	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range res.Plan.Actions {
+		if a.Kind == snapshot.ActionRemoveSegment && a.LastSeq > ckptSignedAt {
+			t.Errorf("segment %d (seqs %d..%d) removed under checkpoints the audit log does not record", a.Segno, a.FirstSeq, a.LastSeq)
+		}
+	}
+	notes := strings.Join(res.Plan.Notes, "\n")
+	for _, n := range names[legacy-maxCheckpointNotes:] {
+		if !strings.Contains(notes, "checkpoint "+n+" is one the audit log does not record") {
+			t.Errorf("the plan does not name %s; notes:\n%s", n, notes)
+		}
+	}
+	if want := fmt.Sprintf("%d older files in %s (%s to %s)", legacy-maxCheckpointNotes, CheckpointsDir, names[0], names[legacy-maxCheckpointNotes-1]); !strings.Contains(notes, want) {
+		t.Errorf("the plan does not count the older ones (%q); notes:\n%s", want, notes)
+	}
+
+	// The next checkpoint extends them (same key) and is recorded: the cut
+	// goes up to the kept snapshot.
+	if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+		t.Fatal(err)
+	}
+	res, err = db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var top uint64
+	for _, a := range res.Plan.Actions {
+		if a.Kind == snapshot.ActionRemoveSegment {
+			top = max(top, a.LastSeq)
+		}
+	}
+	if top <= ckptSignedAt {
+		t.Fatalf("after a recorded checkpoint at the head the cut stays at %d; plan:\n%s", top, res.Plan)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
+	}
+}
+
+// CreateCheckpoint records what it stores in the audit log, name and hash
+// of the bytes; when the audit log cannot take the line the file is removed
+// again and nothing is returned: a note handed out is one the database
+// counts as its own.
+func TestCreateCheckpointIsAudited(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var failAudit atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failAudit.Load() && strings.HasSuffix(op.Path, AuditFile) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("injected: no space left on device")
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(lockOrdered(mem), inj)
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	fillAnchor(t, db, "a", 20, "x")
+	skey, _ := coverKeys(t)
+
+	failAudit.Store(true)
+	msg, _, err := db.CreateCheckpoint(ctx, skey)
+	failAudit.Store(false)
+	if err == nil || msg != nil {
+		t.Fatalf("CreateCheckpoint with an audit log that takes no line = %q, %v; want an error", msg, err)
+	}
+	if errs.CodeOf(err) != errs.CodeWriteFailed {
+		t.Errorf("error %v: want IO_001", err)
+	}
+	if all, err := db.Checkpoints(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("checkpoints left after the failed audit append: %d, %v", len(all), err)
+	}
+
+	msg, _, err = db.CreateCheckpoint(ctx, skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := db.Checkpoints(ctx)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("checkpoints: %d, %v", len(all), err)
+	}
+	recorded, err := db.auditedCheckpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, ok := recorded[all[0].Name]
+	if !ok || it.Hash != segment.Hash(blake3.Sum256(msg)) || it.Bytes != int64(len(msg)) || it.Kind != "checkpoint" {
+		t.Fatalf("the audit log records %s as %+v (%v); want kind checkpoint, %d bytes, B3 of the note", all[0].Name, it, ok, len(msg))
+	}
+}
+
+// A checkpoint of the database's replaced by one of the same body signed by
+// someone else passes every check verify can make without a key but one:
+// the audit log records the file the database stored under that name.
+func TestVerifyFindsAReplacedCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	fillAnchor(t, db, "a", 20, "x")
+	skey, _ := coverKeys(t)
+	if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {
+		t.Fatal(err)
+	}
+	all, err := db.Checkpoints(ctx)
+	if err != nil || len(all) != 1 {
+		t.Fatalf("checkpoints: %d, %v", len(all), err)
+	}
+	foreignKey, _, err := proof.GenerateKeys("someone.else/anchordb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := proof.Sign(all[0].Checkpoint.Marshal(), foreignKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeAll(t, fs, all[0].Path, msg)
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, f := range rep.Failures {
+		found = found || (f.Code == errs.CodeSignatureInvalid && f.File == all[0].Path && strings.Contains(f.Message, "audit log records"))
+	}
+	if rep.OK || !found {
+		t.Fatalf("verify of a replaced checkpoint: ok=%v %+v; want AUTH_003 at %s", rep.OK, rep.Failures, all[0].Path)
+	}
 }
