@@ -38,12 +38,12 @@ import (
 // its size bounds that anchor's cut. Every other file — unsigned, signed by
 // another key, edited, a copy of the database's own under another name,
 // one stored before checkpoints were audited, one whose audit line a crash
-// kept from being written — is neither counted nor deleted, and the plan
-// names it when it is newer than the file that counts (what a reader, and
-// the code before this, takes for the newest stored checkpoint; an older
-// one steers nothing, and verify checks every file). Such a file can only
-// be overlooked, never trusted: a cut waits for the next `checkpoint
-// create`.
+// kept from being written — is neither counted nor deleted, and a plan
+// under raw_log "truncate" names it when it is newer than the file that
+// counts (what a reader, and the code before this, takes for the newest
+// stored checkpoint; an older one steers nothing, and verify checks every
+// file). Such a file can only be overlooked, never trusted: a cut waits
+// for the next `checkpoint create`.
 
 // maxCheckpointNotes bounds the plan notes that name, one each, the files
 // in checkpoints/ that bound nothing; the older ones share one note. A

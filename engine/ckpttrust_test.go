@@ -234,6 +234,18 @@ func TestUnauditedCheckpointWaitsForTheNext(t *testing.T) {
 		t.Errorf("the plan does not count the older ones (%q); notes:\n%s", want, notes)
 	}
 
+	// Where nothing is cut, checkpoints steer nothing: the plan does not
+	// speak of them.
+	forever := truncatePolicy
+	forever.RawLog = snapshot.RawLogForever
+	dry, err := db.Compact(ctx, forever, CompactOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if notes := strings.Join(dry.Plan.Notes, "\n"); strings.Contains(notes, CheckpointsDir) || strings.Contains(notes, "checkpoint 0") {
+		t.Errorf("a plan with raw_log %q names checkpoints:\n%s", forever.RawLog, notes)
+	}
+
 	// The next checkpoint extends them (same key) and is recorded: the cut
 	// goes up to the kept snapshot.
 	if _, _, err := db.CreateCheckpoint(ctx, skey); err != nil {

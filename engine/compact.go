@@ -104,7 +104,8 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 		return res, err
 	}
 	// NB: only a checkpoint the database stored may bound a cut
-	// (ckpttrust.go); any other file in checkpoints/ is named in a note.
+	// (ckpttrust.go); any other file in checkpoints/ is named in a note
+	// where a cut can be made at all.
 	cps, err := db.countCheckpoints(ctx)
 	if err != nil {
 		return res, err
@@ -114,7 +115,9 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if err != nil {
 		return res, err
 	}
-	plan.Notes = append(plan.Notes, cps.notes...)
+	if policy.RawLog == snapshot.RawLogTruncate {
+		plan.Notes = append(plan.Notes, cps.notes...)
+	}
 	for _, s := range counted.leftovers {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("snapshot %s is one the audit log records as removed (its removal did not happen): left out of the plan, and removed with --apply", s.Name))
 	}
