@@ -172,7 +172,56 @@ func TestUnvouchedCheckpointSteersNoCut(t *testing.T) {
 			if got, err := readWhole(fs, path); err != nil || !bytes.Equal(got, msg) {
 				t.Errorf("the file was changed or removed: %v", err)
 			}
+			checkGenuineStillHolds(t, db, genuine, path, tc.name == "a copy of the database's own under the next number")
 		})
+	}
+}
+
+// checkGenuineStillHolds checks, after a truncation under the checkpoint the
+// database signed, that what it signs is still proved (a removed record's
+// inclusion at its size, and the consistency from it to the head, both
+// bound to it) and that verify with its key finds the foreign file at path
+// and nothing else — nothing when the file is a faithful copy.
+func checkGenuineStillHolds(t *testing.T, db *DB, genuine StoredCheckpoint, path string, faithful bool) {
+	t.Helper()
+	ctx := context.Background()
+	_, vkey := coverKeys(t)
+	cp, err := proof.OpenCheckpoint(genuine.Note, vkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc, err := db.ProveInclusion(ctx, "a", 50, ckptSignedAt)
+	if err == nil {
+		err = proof.VerifyInclusionProof(inc)
+	}
+	if err == nil {
+		err = cp.Bind(proof.Verified{Inclusion: inc})
+	}
+	if err != nil {
+		t.Errorf("inclusion of a removed record in the signed tree: %v", err)
+	}
+	head := mustAnchor(t, db, "a").Records
+	cons, err := db.ProveConsistency(ctx, "a", ckptSignedAt, head)
+	if err == nil {
+		err = proof.VerifyConsistencyProof(cons)
+	}
+	if err == nil {
+		err = cp.Bind(proof.Verified{Consistency: cons})
+	}
+	if err != nil {
+		t.Errorf("consistency from the signed tree to the head: %v", err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range rep.Failures {
+		if f.File != path {
+			t.Errorf("verify finding beside the foreign file: %s %s: %s", f.Code, f.File, f.Message)
+		}
+	}
+	if faithful != rep.OK {
+		t.Errorf("verify with the database's key: ok=%v, want %v; %+v", rep.OK, faithful, rep.Failures)
 	}
 }
 
