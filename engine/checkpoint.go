@@ -15,6 +15,7 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -30,6 +31,9 @@ import (
 // A new checkpoint must extend the latest stored one: every anchor it names
 // is still there, none shrank, and each tree that grew has a consistency
 // proof from the old root to the new; otherwise it is refused (STATE_002).
+// Once the file is durable, a create_checkpoint line in the audit log
+// records its name and the hash of its bytes: only a checkpoint the log
+// records bounds a truncation (ckpttrust.go).
 
 // CheckpointsDir is the directory under the database root that holds the
 // checkpoints CreateCheckpoint made.
@@ -68,6 +72,11 @@ type StoredCheckpoint struct {
 // refused with STATE_002, and nothing is stored. If the latest checkpoint
 // was signed with the same key, its signature must verify (AUTH_003
 // otherwise). A malformed key is INPUT_001.
+//
+// The stored file is recorded in the audit log before the note is
+// returned; when the line cannot be appended the file is removed again and
+// the error returned (IO_001, or INT_002 for an audit log that holds lines
+// the database did not write).
 func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *proof.Checkpoint, error) {
 	if err := db.beginRead(ctx); err != nil {
 		return nil, nil, err
@@ -134,10 +143,38 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 			return nil, nil, err
 		}
 	}
-	if err := db.storeCheckpoint(stored, cp, msg); err != nil {
+	name, err := db.storeCheckpoint(stored, cp, msg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := db.auditCheckpoint(name, msg, verifierKey); err != nil {
 		return nil, nil, err
 	}
 	return msg, cp, nil
+}
+
+// auditCheckpoint records the checkpoint just stored as name in the audit
+// log: only a checkpoint the log records bounds a cut (ckpttrust.go), since
+// compaction holds no key to check a signature with. One the log cannot
+// record is removed again and the error returned, so that no note is
+// handed out that the database does not count as its own; a crash between
+// the two leaves one behind, which the next checkpoint supersedes.
+func (db *DB) auditCheckpoint(name string, msg []byte, verifierKey string) error {
+	db.compactMu.Lock() // the audit log has one writer at a time
+	defer db.compactMu.Unlock()
+	keyName, keyHash, _ := strings.Cut(verifierKey, "+")
+	keyHash, _, _ = strings.Cut(keyHash, "+")
+	err := db.appendAudit(snapshot.AuditEntry{Time: db.opts.Clock(), Action: snapshot.AuditCreateCheckpoint,
+		Added: []snapshot.AuditItem{snapshot.CheckpointItem(name, msg)}, Note: "signed by key " + keyName + "+" + keyHash})
+	if err == nil {
+		return nil
+	}
+	dir := db.fs.PathJoin(db.dir, CheckpointsDir)
+	path := db.fs.PathJoin(dir, name)
+	if rerr := db.fs.Remove(path); rerr != nil {
+		return errors.Join(err, errs.Wrap(errs.CodeWriteFailed, rerr, "remove %s, which the audit log does not record", path))
+	}
+	return errors.Join(err, syncDirOf(db.fs, dir))
 }
 
 // checkExtends refuses a new checkpoint that contradicts the latest stored
@@ -175,19 +212,20 @@ func checkExtends(ctx context.Context, prev *StoredCheckpoint, cp *proof.Checkpo
 	return errs.Wrap(errs.CodeConflict, err, "the new checkpoint does not extend the latest stored one (%s)", prev.Path)
 }
 
-// storeCheckpoint writes the signed note as the next checkpoint file.
-func (db *DB) storeCheckpoint(stored []StoredCheckpoint, cp *proof.Checkpoint, msg []byte) error {
+// storeCheckpoint writes the signed note as the next checkpoint file and
+// returns its name.
+func (db *DB) storeCheckpoint(stored []StoredCheckpoint, cp *proof.Checkpoint, msg []byte) (string, error) {
 	fs := db.fs
 	dir := fs.PathJoin(db.dir, CheckpointsDir)
 	if err := mkdirAllSynced(fs, dir); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", dir)
+		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", dir)
 	}
 	seq := uint64(1)
 	if n := len(stored); n > 0 {
 		seq = checkpointSeq(stored[n-1].Name) + 1
 	}
 	name := fmt.Sprintf("%016d-%s%s", seq, cp.Time.UTC().Format(checkpointTimeLayout), checkpointExt)
-	return writeFileAtomic(fs, dir, name, msg)
+	return name, writeFileAtomic(fs, dir, name, msg)
 }
 
 // checkpointSeq is the sequence number that starts a checkpoint file name.

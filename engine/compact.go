@@ -12,7 +12,6 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
-	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
@@ -104,9 +103,20 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	if err != nil {
 		return res, err
 	}
+	// NB: only a checkpoint the database stored may bound a cut
+	// (ckpttrust.go); any other file in checkpoints/ is named in a note
+	// where a cut can be made at all.
+	cps, err := db.countCheckpoints(ctx)
+	if err != nil {
+		return res, err
+	}
+	in.Checkpointed = cps.sizes
 	plan, err := snapshot.PlanCompaction(in)
 	if err != nil {
 		return res, err
+	}
+	if policy.RawLog == snapshot.RawLogTruncate {
+		plan.Notes = append(plan.Notes, cps.notes...)
 	}
 	for _, s := range counted.leftovers {
 		plan.Notes = append(plan.Notes, fmt.Sprintf("snapshot %s is one the audit log records as removed (its removal did not happen): left out of the plan, and removed with --apply", s.Name))
@@ -228,8 +238,9 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 // Err set unless it counts (countSnapshots: the audit log vouches for it,
 // its bytes are the ones recorded, its frontier is the log's), the records
 // and bytes since the newest that counts, and every sealed segment still
-// on disk. It returns besides the snapshot files the audit log records as
-// removed (leftovers), and those it does not record at all (unvouched).
+// on disk; Compact sets Checkpointed (countCheckpoints). It returns besides
+// the snapshot files the audit log records as removed (leftovers), and
+// those it does not record at all (unvouched).
 func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, countedSnapshots, error) {
 	in := snapshot.PlanInput{Policy: policy, Now: now}
 	// NB: only a snapshot the database wrote may steer what is deleted.
@@ -256,42 +267,7 @@ func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now t
 		}
 		in.Segments = append(in.Segments, segs...)
 	}
-	in.Checkpointed, err = db.checkpointedSizes(ctx)
-	return in, counted, err
-}
-
-// checkpointedSizes returns, per anchor, the tree size the newest stored
-// checkpoint signs, where its root is the anchor's tree at that size: how
-// far a cut may go (SPEC §6). The signature is not checked here (compaction
-// holds no key); verify checks stored checkpoints against the keys given.
-func (db *DB) checkpointedSizes(ctx context.Context) (map[string]uint64, error) {
-	out := map[string]uint64{}
-	all, err := db.Checkpoints(ctx)
-	if err != nil {
-		return nil, err
-	}
-	origin := proof.CheckpointOrigin(db.id)
-	for i := len(all) - 1; i >= 0; i-- {
-		// Only this database's: another's (which ingest can give the same
-		// trees) signs nothing about this log.
-		if all[i].Err != nil || all[i].Checkpoint.Origin != origin {
-			continue
-		}
-		for _, e := range all[i].Checkpoint.Entries {
-			root, _, err := db.AnchorRoot(ctx, e.Anchor, e.Size)
-			if err != nil {
-				if errs.CodeOf(err) == errs.CodeWriteFailed {
-					return nil, err
-				}
-				continue // not this database's tree at that size: covers nothing
-			}
-			if root == e.Root {
-				out[e.Anchor] = e.Size
-			}
-		}
-		break
-	}
-	return out, nil
+	return in, counted, nil
 }
 
 // unsnapshotted measures what the newest snapshot that counts (Err nil, as

@@ -8,6 +8,7 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
 	merkleproof "github.com/transparency-dev/merkle/proof"
 )
 
@@ -16,8 +17,23 @@ import (
 // when given); each anchor it lists exists, is at least that long, and has
 // that root at that size in the chain; and each extends the one before it.
 // The trusted checkpoint of an incremental check gets the same checks.
+// A file under a name the audit log records as a stored checkpoint must be
+// the file recorded there (AUTH_003 otherwise): without a key that is what
+// shows a checkpoint of the database's replaced by one of the same body
+// signed by someone else. A file the log does not record is no finding (a
+// crash between the file and its line leaves one, and checkpoints stored
+// before they were audited are all such), but it bounds no cut
+// (ckpttrust.go).
 func (v *verifier) checkCheckpoints() {
 	origin := proof.CheckpointOrigin(v.db.id)
+	recorded, err := v.db.auditedCheckpoints()
+	if err != nil {
+		if !errs.CodeOf(err).IsIntegrity() {
+			v.fail(err)
+			return
+		}
+		recorded = nil // a log that vouches for nothing; checkSnapshots reports it
+	}
 	var prev *StoredCheckpoint
 	for i := range v.stored {
 		if v.halted() {
@@ -37,6 +53,15 @@ func (v *verifier) checkCheckpoints() {
 				}
 				v.report(Finding{Code: code, File: s.Path, Message: fmt.Sprintf("stored checkpoint: %s", errs.Message(err))})
 				continue
+			}
+		}
+		// NB: after the checks above, and only when they found nothing in
+		// the file: a file they already fail (a time line edited, a
+		// signature re-spelled) is one finding, not two.
+		if it, ok := recorded[s.Name]; ok && !v.reportedAt(s.Path) {
+			if h := snapshot.CheckpointFileHash(s.Note); h != it.Hash {
+				v.report(Finding{Code: errs.CodeSignatureInvalid, File: s.Path,
+					Message: fmt.Sprintf("stored checkpoint is not the one the database stored under its name: its bytes hash to %s, the audit log records %s", h, it.Hash)})
 			}
 		}
 		cp := s.Checkpoint
@@ -144,4 +169,16 @@ func (v *verifier) checkCheckpointName(s *StoredCheckpoint, i int) {
 			Message: fmt.Sprintf("stored checkpoint says it was taken at %s; it was stored as taken at %s, so its body was changed after it was signed",
 				s.Checkpoint.Time.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))})
 	}
+}
+
+// reportedAt reports whether a finding names the file at path.
+func (v *verifier) reportedAt(path string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, f := range v.findings {
+		if f.File == path {
+			return true
+		}
+	}
+	return false
 }

@@ -26,9 +26,10 @@ const maxAuditLine = 1 << 20
 
 // AuditItem is one thing an action removed or added, with its hash.
 //
-//	kind "snapshot": Name, Bytes, Hash = file hash, StateHash
-//	kind "segment":  Anchor, Segno, FirstSeq, LastSeq, Bytes, Hash = hash of its last record
-//	kind "cut":      Anchor, LastSeq = the cut seq, Hash = head hash at the cut
+//	kind "snapshot":   Name, Bytes, Hash = file hash, StateHash
+//	kind "segment":    Anchor, Segno, FirstSeq, LastSeq, Bytes, Hash = hash of its last record
+//	kind "cut":        Anchor, LastSeq = the cut seq, Hash = head hash at the cut
+//	kind "checkpoint": Name, Bytes, Hash = CheckpointFileHash of the note file
 type AuditItem struct {
 	Kind      string       `json:"kind"`
 	Name      string       `json:"name,omitempty"`
@@ -84,6 +85,30 @@ func (a Action) AuditEntry(now time.Time, policyRef string) AuditEntry {
 // SnapshotItem describes a snapshot for the audit log.
 func SnapshotItem(i Info) AuditItem {
 	return AuditItem{Kind: "snapshot", Name: i.Name, Bytes: i.Size, StateHash: i.StateHash, Hash: i.FileHash}
+}
+
+// AuditCreateCheckpoint is the action of the line the engine appends when it
+// stores a checkpoint it signed: one item of kind AuditKindCheckpoint.
+// Compaction holds no key, so this line is what tells the database's own
+// checkpoints, which may bound a cut, from any other file in checkpoints/.
+const AuditCreateCheckpoint = "create_checkpoint"
+
+// AuditKindCheckpoint is the item kind of a stored checkpoint.
+const AuditKindCheckpoint = "checkpoint"
+
+// CheckpointItem describes a stored checkpoint, file name and signed note
+// as stored, for the audit log.
+func CheckpointItem(name string, note []byte) AuditItem {
+	return AuditItem{Kind: AuditKindCheckpoint, Name: name, Bytes: int64(len(note)), Hash: CheckpointFileHash(note)}
+}
+
+// CheckpointFileHash is the hash the audit log records of a stored
+// checkpoint file: plain BLAKE3-256 of its bytes, so that anyone can check
+// a note against the log with b3sum. A note is text that starts with its
+// origin line, so no such input is a Merkle leaf or node input (0x00 or
+// 0x01 first) or the empty string.
+func CheckpointFileHash(note []byte) segment.Hash {
+	return segment.Hash(blake3.Sum256(note))
 }
 
 // AuditHead is the state of an audit log after its last line.

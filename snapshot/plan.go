@@ -47,8 +47,10 @@ type PlanInput struct {
 	Stats     Stats
 	// Segments are the sealed segments of every anchor (never the active one).
 	Segments []SealedSegment
-	// Checkpointed is, per anchor, the tree size of the newest signed
-	// checkpoint the database stores. A cut must be covered by it (SPEC §6:
+	// Checkpointed is, per anchor, the tree size of the newest checkpoint
+	// the database itself stored (the engine counts only one its audit log
+	// records: it holds no key to check a signature, and anyone can write a
+	// note whose roots are the log's). A cut must be covered by it (SPEC §6:
 	// the cut's head is then in a signed tree, so the chain from the cut on
 	// can be checked against a root nobody can rewrite): segments above it
 	// stay. Nil means the caller sets no such bound (tests of the planner
@@ -68,8 +70,8 @@ const (
 	ActionDeleteSnapshot ActionKind = "delete_snapshot"
 	// ActionRecordCut: durably record, in the audit log (and the stubs the
 	// removals leave), that the anchor's log now starts after CutSeq, whose
-	// hash is Hash. A cut lies inside the newest stored signed checkpoint
-	// (PlanInput.Checkpointed); none is made here (the engine holds no
+	// hash is Hash. A cut lies inside the newest checkpoint the database
+	// stored (PlanInput.Checkpointed); none is made here (the engine holds no
 	// signing key).
 	ActionRecordCut ActionKind = "record_cut"
 	// ActionRemoveSegment: remove a sealed segment wholly below the cut.
@@ -321,11 +323,11 @@ func planCuts(segs []SealedSegment, kept []Info, checkpointed map[string]uint64,
 				n--
 			}
 			if n < len(c.segments) {
-				note("anchor %q: %d sealed segments below the oldest kept snapshot stay until a signed checkpoint covers them (the newest stored one holds %d of its records; `checkpoint create` signs one)",
+				note("anchor %q: %d sealed segments below the oldest kept snapshot stay until a signed checkpoint covers them (the newest checkpoint this database stored holds %d of its records; `checkpoint create` signs one)",
 					a, len(c.segments)-n, checkpointed[a])
 			}
 			c.segments = c.segments[:n]
-			c.signed = fmt.Sprintf(" and by the newest stored checkpoint (%d records)", checkpointed[a])
+			c.signed = fmt.Sprintf(" and by the newest checkpoint this database stored (%d records)", checkpointed[a])
 		}
 		if len(c.segments) == 0 {
 			continue

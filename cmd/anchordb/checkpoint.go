@@ -15,9 +15,10 @@ var checkpointCmd = &command{
 	detail: `checkpoint create --key F signs a checkpoint (a C2SP signed note: origin
 anchordb/<db id>/blake3, the number of anchors and records, the frontier root, the time,
 one line per anchor with its size and Merkle root) with the signer key in F (from
-keygen), keeps it in the database's checkpoints/ directory and prints it. A checkpoint
-that contradicts the latest stored one (an anchor missing, shrunk or forked) is refused
-with STATE_002.
+keygen), keeps it in the database's checkpoints/ directory, records it in the audit log
+and prints it. A checkpoint that contradicts the latest stored one (an anchor missing,
+shrunk or forked) is refused with STATE_002. Only a checkpoint so recorded bounds a
+compaction's cut: a note copied into checkpoints/ by other means bounds nothing.
 
 checkpoint verify F --pub P checks the signed note in F ('-' for stdin) against the
 verifier key in P; it needs no database. A signature that does not verify is AUTH_003

@@ -20,9 +20,10 @@ An unknown field, a wrong type or a value out of range is INPUT_001 (exit 2).
 --dry-run (the default) plans and changes nothing: it prints the actions in order —
 create_snapshot when a trigger fired, delete_snapshot beyond keep_snapshots, and with
 raw_log "truncate" record_cut and remove_segment for sealed segments wholly below the
-oldest kept snapshot and covered by the newest checkpoint stored in the database (SPEC
-§6: the cut lies in a signed tree; sign one with checkpoint create) — with the snapshots
-kept and notes on what is left alone. With
+oldest kept snapshot and covered by the newest checkpoint the database stored itself,
+as its audit log records (SPEC §6: the cut lies in a signed tree; sign one with
+checkpoint create) — with the snapshots kept and notes on what is left alone, among them
+any other file in checkpoints/. With
 --json the plan: {"policy_ref","now","actions":[{"action",…,"reason"}],"keep","notes"}.
 
 --apply carries the plan out: nothing is deleted before what replaces it is durable and
