@@ -160,4 +160,9 @@ func TestIdempotency(t *testing.T) {
 	if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.Original.Seq != 1 {
 		t.Fatalf("conflict: %v", err)
 	}
+	// SPEC §7: the conflict carries the original receipt, which was no
+	// duplicate.
+	if ce.Original != r1 {
+		t.Fatalf("conflict carries %+v, the original receipt was %+v", ce.Original, r1)
+	}
 }

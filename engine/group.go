@@ -599,6 +599,9 @@ func (db *DB) lookupIdem(anchor string, key []byte) (idemEntry, bool, error) {
 }
 
 func newConflict(original Receipt, existing, requested segment.Hash, key []byte) *ConflictError {
+	// The receipt the original append got (SPEC §7), not the one a retry
+	// of it would: the callers pass the retry's, marked a duplicate.
+	original.Duplicate = false
 	ex, rq := segment.ShortHex(existing, 8), segment.ShortHex(requested, 8)
 	e := errs.New(errs.CodeConflict, "idempotency key %q was used for another request (seq %d): fingerprint %s, this request %s",
 		key, original.Seq, ex, rq)

@@ -342,7 +342,7 @@ func TestIdempotencyAndCounters(t *testing.T) {
 		t.Fatalf("reason %v", e)
 	}
 	orig, ok := e["original"].(map[string]any)
-	if !ok || orig["seq"] != m1["seq"] || orig["hash"] != m1["hash"] || orig["anchor"] != "q" {
+	if !ok || orig["seq"] != m1["seq"] || orig["hash"] != m1["hash"] || orig["anchor"] != "q" || orig["duplicate"] != false {
 		t.Fatalf("conflict without the original receipt: %v", e)
 	}
 	fp := regexp.MustCompile(`^[0-9a-f]{16}$`)
