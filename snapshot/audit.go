@@ -186,11 +186,12 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 // entry as written: Seq, Prev and Hash set, Time in UTC (now when zero).
 // Append reads only the log's tail: it checks the last line's own hash, not
 // the whole chain (VerifyAudit does that). A torn tail left by a crash is
-// written over, and so is a last line that fails its check, which is what a
-// crash can leave too: only a caller that keeps the head elsewhere can tell
-// it from a damaged line (the engine refuses, in AppendAfter's before, to
-// write over a line it recorded). If the line before it fails as well, that
-// is INT_002 and nothing is written. Write failures are IO_001. Append is not safe for concurrent use on
+// written over, and so is a last line that fails its check and ends the
+// file, which is what a crash can leave too: only a caller that keeps the
+// head elsewhere can tell it from a damaged line (the engine refuses, in
+// AppendAfter's before, to write over a line it recorded). If the line
+// before it fails as well, or bytes follow its newline (no crash leaves
+// that), it is INT_002, as VerifyAudit says, and nothing is written. Write failures are IO_001. Append is not safe for concurrent use on
 // one file; the engine holds its writer lock.
 func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
 	return AppendAfter(fs, path, e, nil)
@@ -311,6 +312,15 @@ func lastLine(f vfs.File, path string, size int64, tornOK bool) (AuditEntry, int
 					if !tornOK {
 						return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: line before a torn one: %v", path, err).At("", 0, path, lineOff)
 					}
+					if after := len(buf) - end - 1; after > 0 {
+						// NB: a crash leaves a line that does not check
+						// only as the file's last bytes: an append ends
+						// with its newline and pads over the torn bytes it
+						// found. One with bytes after its newline is
+						// damage, as VerifyAudit says; written over, it
+						// and the tail were repaired silently.
+						return AuditEntry{}, 0, badBeforeTail(f, path, lineOff, after, err)
+					}
 					return lastLine(f, path, lineOff, false)
 				}
 				return e, size - w + int64(end) + 1, nil
@@ -320,6 +330,20 @@ func lastLine(f vfs.File, path string, size int64, tornOK bool) (AuditEntry, int
 			return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
 		}
 	}
+}
+
+// badBeforeTail is the INT_002 of a last whole line, at lineOff, that does
+// not check (why) and has after bytes of a torn tail behind it. It names
+// the line as VerifyAudit does, by its number (one past the line before
+// it, when that one decodes) and offset.
+func badBeforeTail(f vfs.File, path string, lineOff int64, after int, why error) error {
+	line, n := "the last whole line", uint64(0)
+	if prev, _, err := lastLine(f, path, lineOff, false); err == nil {
+		n = prev.Seq + 1
+		line = fmt.Sprintf("line %d", n)
+	}
+	return errs.New(errs.CodeChainBroken, "audit %s: %s: %v; %d bytes follow it, so it is no torn append (a crash leaves one only at the end)",
+		path, line, why, after).At("", n, path, lineOff)
 }
 
 // ReadAudit reads the audit log at path, checking every line and the chain
