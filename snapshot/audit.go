@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -385,10 +384,16 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		return head, errs.Wrap(errs.CodeChainBroken, err, "audit: open %s", path).At("", 0, path, 0)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, maxAuditLine+1)
+	// The first buffer holds the whole of a small log (it grows for a
+	// longer line): a scan allocates for the log, not for maxAuditLine.
+	size := 4096
+	if st, err := f.Stat(); err == nil && st.Size() < int64(size) {
+		size = int(st.Size()) + 1
+	}
+	lr := newLineReader(f, size, maxAuditLine+1)
 	var off int64
 	for n := uint64(1); ; n++ {
-		line, err := br.ReadSlice('\n')
+		line, err := lr.next()
 		if errors.Is(err, io.EOF) {
 			head.Torn = int64(len(line))
 			return head, nil
@@ -396,7 +401,7 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		fail := func(format string, args ...any) error {
 			return errs.New(errs.CodeChainBroken, "audit %s: line %d: %s", path, n, fmt.Sprintf(format, args...)).At("", n, path, off)
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
+		if errors.Is(err, errLineTooLong) {
 			return head, fail("longer than %d bytes", maxAuditLine)
 		}
 		if err != nil {
@@ -404,7 +409,7 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		}
 		e, err := decodeAuditLine(line[:len(line)-1])
 		if err != nil {
-			if _, perr := br.Peek(1); errors.Is(perr, io.EOF) {
+			if lr.atEnd() {
 				// The last line: an append the crash cut short (a block of it
 				// lost while its newline survived) looks exactly like this.
 				// It was never acknowledged; Append writes over it. Whoever
