@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -113,7 +114,7 @@ func encodeAuditLine(e *AuditEntry) ([]byte, error) {
 		return nil, errs.Wrap(errs.CodeInvalidInput, err, "audit: encode entry")
 	}
 	body = body[:len(body)-1] // drop '}'
-	blake3.DeriveKey(ContextAuditLine, body, e.Hash[:])
+	e.Hash = auditLineHash(body)
 	line := append(body, `,"hash":"`...)
 	line = append(line, e.Hash.String()...)
 	return append(line, '"', '}'), nil
@@ -139,6 +140,30 @@ func invalidUTF8(e *AuditEntry) (string, bool) {
 // hashSuffixLen is len(`,"hash":"blake3:<64 hex>"}`).
 const hashSuffixLen = len(`,"hash":"`) + len("blake3:") + 2*hashSize + len(`"}`)
 
+// auditLineBase is the derive-key hasher of ContextAuditLine, never written
+// to: auditLineHash clones it.
+var auditLineBase = blake3.NewDeriveKey(ContextAuditLine)
+
+// auditLineHashers keeps auditLineBase's clones for reuse.
+var auditLineHashers = sync.Pool{New: func() any { return auditLineBase.Clone() }}
+
+// auditLineHash is the line hash of body (DK over it, FORMAT.md §9).
+//
+// NB: blake3.DeriveKey hashes the context again and allocates a Hasher
+// with its 8 KiB buffer at every call, and a line read is hashed twice (its
+// check and its re-encoding): about 28 KB a line, most of what a scan of
+// the audit log allocated once its line buffer no longer did. Reset keeps
+// the derive-key mode and key, so a pooled hasher is a fresh one.
+func auditLineHash(body []byte) segment.Hash {
+	h := auditLineHashers.Get().(*blake3.Hasher)
+	_, _ = h.Write(body)
+	var out segment.Hash
+	h.Sum(out[:0])
+	h.Reset()
+	auditLineHashers.Put(h)
+	return out
+}
+
 // decodeAuditLine checks one line (without newline) and decodes it.
 func decodeAuditLine(line []byte) (AuditEntry, error) {
 	var e AuditEntry
@@ -152,8 +177,7 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 	if err != nil {
 		return e, err
 	}
-	var want segment.Hash
-	blake3.DeriveKey(ContextAuditLine, body, want[:])
+	want := auditLineHash(body)
 	if want != stored {
 		return e, fmt.Errorf("line hash %s does not match its content (%s): the line was altered", stored, want)
 	}
