@@ -214,8 +214,9 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 // head elsewhere can tell it from a damaged line (the engine refuses, in
 // AppendAfter's before, to write over a line it recorded). If the line
 // before it fails as well, or bytes follow its newline (no crash leaves
-// that), it is INT_002, as VerifyAudit says, and nothing is written. Write failures are IO_001. Append is not safe for concurrent use on
-// one file; the engine holds its writer lock.
+// that), it is INT_002, as VerifyAudit says, and nothing is written.
+// Write failures are IO_001. Append is not safe for concurrent use on one
+// file; the engine holds its writer lock.
 func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
 	return AppendAfter(fs, path, e, nil)
 }
