@@ -313,13 +313,17 @@ func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
 	}
 }
 
-// TestReview5NoAdoptionFromTheFuture: a compaction that cuts the log adopts
+// TestReview5AdoptionFromTheFuture: a compaction that cuts the log adopts
 // a snapshot the audit log does not record when a replay proves its state.
 // The replay says nothing of its creation time, which dates the time
 // trigger: a true-state copy dated ten years ahead, once adopted, kept
-// every_seconds from firing for ten years. One dated after now is not
-// adopted.
-func TestReview5NoAdoptionFromTheFuture(t *testing.T) {
+// every_seconds from firing for ten years, so review 5 refused to adopt a
+// file dated after now. That left the database's own snapshot, dated
+// after now by a clock set back across a crash, to be cut below and
+// reported corrupt (TestCompactCrashBeforeSnapshotAuditLine). Now such a
+// file is adopted, the plan notes its date, and the planner takes the date
+// as due: the next run with new records takes a snapshot.
+func TestReview5AdoptionFromTheFuture(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
 	db, _ := compactFixture(t, fs)
@@ -344,12 +348,28 @@ func TestReview5NoAdoptionFromTheFuture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := audited[in.Name]; ok {
-		t.Fatalf("a snapshot dated ten years ahead was adopted: %s", res.Plan)
+	if it, ok := audited[in.Name]; !ok || it.Hash != in.FileHash {
+		t.Fatalf("a true-state snapshot dated ten years ahead, proved by replay, was not adopted: %s", res.Plan)
 	}
-	noted := slices.ContainsFunc(res.Plan.Notes, func(n string) bool { return strings.Contains(n, in.Name) && strings.Contains(n, "after now") })
+	noted := slices.ContainsFunc(res.Plan.Notes, func(n string) bool {
+		return strings.Contains(n, in.Name) && strings.Contains(n, "adopted") && strings.Contains(n, "after now")
+	})
 	if !noted {
-		t.Fatalf("no note says why %s was not adopted: %q", in.Name, res.Plan.Notes)
+		t.Fatalf("no note says %s was adopted dated after now: %q", in.Name, res.Plan.Notes)
+	}
+	// Adopted, it is the newest snapshot (the same frontier as the one the
+	// run took, and a later date); it holds every_seconds off no longer.
+	fillAnchor(t, db, "a0", 5, "later")
+	timeOnly := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EverySeconds: 3600}, KeepSnapshots: 3, RawLog: "forever", VerifyBeforeDelete: true}
+	res, err = db.Compact(ctx, timeOnly, CompactOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Plan.Actions) == 0 || res.Plan.Actions[0].Trigger != "every_seconds" {
+		t.Fatalf("every_seconds after adopting a snapshot dated ten years ahead: want it due, got\n%s", res.Plan)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
 	}
 }
 

@@ -1,13 +1,13 @@
 package snapshot
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"iter"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -139,7 +139,7 @@ func encodeAuditLine(e *AuditEntry) ([]byte, error) {
 		return nil, errs.Wrap(errs.CodeInvalidInput, err, "audit: encode entry")
 	}
 	body = body[:len(body)-1] // drop '}'
-	blake3.DeriveKey(ContextAuditLine, body, e.Hash[:])
+	e.Hash = auditLineHash(body)
 	line := append(body, `,"hash":"`...)
 	line = append(line, e.Hash.String()...)
 	return append(line, '"', '}'), nil
@@ -165,6 +165,30 @@ func invalidUTF8(e *AuditEntry) (string, bool) {
 // hashSuffixLen is len(`,"hash":"blake3:<64 hex>"}`).
 const hashSuffixLen = len(`,"hash":"`) + len("blake3:") + 2*hashSize + len(`"}`)
 
+// auditLineBase is the derive-key hasher of ContextAuditLine, never written
+// to: auditLineHash clones it.
+var auditLineBase = blake3.NewDeriveKey(ContextAuditLine)
+
+// auditLineHashers keeps auditLineBase's clones for reuse.
+var auditLineHashers = sync.Pool{New: func() any { return auditLineBase.Clone() }}
+
+// auditLineHash is the line hash of body (DK over it, FORMAT.md §9).
+//
+// NB: blake3.DeriveKey hashes the context again and allocates a Hasher
+// with its 8 KiB buffer at every call, and a line read is hashed twice (its
+// check and its re-encoding): about 28 KB a line, most of what a scan of
+// the audit log allocated once its line buffer no longer did. Reset keeps
+// the derive-key mode and key, so a pooled hasher is a fresh one.
+func auditLineHash(body []byte) segment.Hash {
+	h := auditLineHashers.Get().(*blake3.Hasher)
+	_, _ = h.Write(body)
+	var out segment.Hash
+	h.Sum(out[:0])
+	h.Reset()
+	auditLineHashers.Put(h)
+	return out
+}
+
 // decodeAuditLine checks one line (without newline) and decodes it.
 func decodeAuditLine(line []byte) (AuditEntry, error) {
 	var e AuditEntry
@@ -178,8 +202,7 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 	if err != nil {
 		return e, err
 	}
-	var want segment.Hash
-	blake3.DeriveKey(ContextAuditLine, body, want[:])
+	want := auditLineHash(body)
 	if want != stored {
 		return e, fmt.Errorf("line hash %s does not match its content (%s): the line was altered", stored, want)
 	}
@@ -211,12 +234,14 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 // entry as written: Seq, Prev and Hash set, Time in UTC (now when zero).
 // Append reads only the log's tail: it checks the last line's own hash, not
 // the whole chain (VerifyAudit does that). A torn tail left by a crash is
-// written over, and so is a last line that fails its check, which is what a
-// crash can leave too: only a caller that keeps the head elsewhere can tell
-// it from a damaged line (the engine refuses, in AppendAfter's before, to
-// write over a line it recorded). If the line before it fails as well, that
-// is INT_002 and nothing is written. Write failures are IO_001. Append is not safe for concurrent use on
-// one file; the engine holds its writer lock.
+// written over, and so is a last line that fails its check and ends the
+// file, which is what a crash can leave too: only a caller that keeps the
+// head elsewhere can tell it from a damaged line (the engine refuses, in
+// AppendAfter's before, to write over a line it recorded). If the line
+// before it fails as well, or bytes follow its newline (no crash leaves
+// that), it is INT_002, as VerifyAudit says, and nothing is written.
+// Write failures are IO_001. Append is not safe for concurrent use on one
+// file; the engine holds its writer lock.
 func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
 	return AppendAfter(fs, path, e, nil)
 }
@@ -336,6 +361,15 @@ func lastLine(f vfs.File, path string, size int64, tornOK bool) (AuditEntry, int
 					if !tornOK {
 						return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: line before a torn one: %v", path, err).At("", 0, path, lineOff)
 					}
+					if after := len(buf) - end - 1; after > 0 {
+						// NB: a crash leaves a line that does not check
+						// only as the file's last bytes: an append ends
+						// with its newline and pads over the torn bytes it
+						// found. One with bytes after its newline is
+						// damage, as VerifyAudit says; written over, it
+						// and the tail were repaired silently.
+						return AuditEntry{}, 0, badBeforeTail(f, path, lineOff, after, err)
+					}
 					return lastLine(f, path, lineOff, false)
 				}
 				return e, size - w + int64(end) + 1, nil
@@ -345,6 +379,20 @@ func lastLine(f vfs.File, path string, size int64, tornOK bool) (AuditEntry, int
 			return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
 		}
 	}
+}
+
+// badBeforeTail is the INT_002 of a last whole line, at lineOff, that does
+// not check (why) and has after bytes of a torn tail behind it. It names
+// the line as VerifyAudit does, by its number (one past the line before
+// it, when that one decodes) and offset.
+func badBeforeTail(f vfs.File, path string, lineOff int64, after int, why error) error {
+	line, n := "the last whole line", uint64(0)
+	if prev, _, err := lastLine(f, path, lineOff, false); err == nil {
+		n = prev.Seq + 1
+		line = fmt.Sprintf("line %d", n)
+	}
+	return errs.New(errs.CodeChainBroken, "audit %s: %s: %v; %d bytes follow it, so it is no torn append (a crash leaves one only at the end)",
+		path, line, why, after).At("", n, path, lineOff)
 }
 
 // ReadAudit reads the audit log at path, checking every line and the chain
@@ -386,10 +434,16 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		return head, errs.Wrap(errs.CodeChainBroken, err, "audit: open %s", path).At("", 0, path, 0)
 	}
 	defer f.Close()
-	br := bufio.NewReaderSize(f, maxAuditLine+1)
+	// The first buffer holds the whole of a small log (it grows for a
+	// longer line): a scan allocates for the log, not for maxAuditLine.
+	size := 4096
+	if st, err := f.Stat(); err == nil && st.Size() < int64(size) {
+		size = int(st.Size()) + 1
+	}
+	lr := newLineReader(f, size, maxAuditLine+1)
 	var off int64
 	for n := uint64(1); ; n++ {
-		line, err := br.ReadSlice('\n')
+		line, err := lr.next()
 		if errors.Is(err, io.EOF) {
 			head.Torn = int64(len(line))
 			return head, nil
@@ -397,7 +451,7 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		fail := func(format string, args ...any) error {
 			return errs.New(errs.CodeChainBroken, "audit %s: line %d: %s", path, n, fmt.Sprintf(format, args...)).At("", n, path, off)
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
+		if errors.Is(err, errLineTooLong) {
 			return head, fail("longer than %d bytes", maxAuditLine)
 		}
 		if err != nil {
@@ -405,7 +459,7 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		}
 		e, err := decodeAuditLine(line[:len(line)-1])
 		if err != nil {
-			if _, perr := br.Peek(1); errors.Is(perr, io.EOF) {
+			if lr.atEnd() {
 				// The last line: an append the crash cut short (a block of it
 				// lost while its newline survived) looks exactly like this.
 				// It was never acknowledged; Append writes over it. Whoever

@@ -58,7 +58,9 @@ func hashedLine(body []byte) ([]byte, segment.Hash) {
 // append — and count what follows the last newline as torn; and Append
 // after a log that verifies chains its line to the head and leaves a log
 // that verifies one line longer (after one that does not, it refuses with
-// INT_002 or appends).
+// INT_002 and changes nothing, or appends; after a last whole line that
+// does not decode with a torn tail behind it, which no crash leaves, it
+// refuses as VerifyAudit does, at that line).
 //
 // The first byte picks the mode. 0: the rest is the file. 1: the next byte
 // (mod 8) is a count n of valid chained lines to write first, each made
@@ -82,6 +84,8 @@ func FuzzAuditLog(f *testing.F) {
 	f.Add(append([]byte{0}, valid...))
 	f.Add(append(append([]byte{0}, valid...), `{"seq":4,"ti`...))
 	f.Add(append(append([]byte{0}, valid...), "   \n"...))
+	// The last line altered, a torn tail after it: Append wrote over both.
+	f.Add(append(append([]byte{0}, bytes.Replace(valid, []byte("cut below 7"), []byte("cut below 8"), 1)...), `{"seq":4`...))
 	f.Add(append([]byte{0}, bytes.Replace(valid, []byte(`"seq":2`), []byte(`"seq":3`), 1)...))
 	f.Add([]byte("\x01\x02\x02\x00x\x01\x03" + `{"seq":3}` + "\n"))
 	f.Add([]byte("\x01\x01\x00" + `{"seq":2}` + "\n\n"))
@@ -191,6 +195,18 @@ func FuzzAuditLog(f *testing.F) {
 		if wantErr {
 			if err != nil && errs.CodeOf(err) != errs.CodeChainBroken {
 				t.Fatalf("Append after a broken log: %v", err)
+			}
+			if err != nil && !bytes.Equal(readFile(t, fs, auditPath), data) {
+				t.Fatalf("Append refused (%v) but changed the file", err)
+			}
+			// A last whole line that does not check, with a torn tail
+			// after it, is no crash's shape: Append refuses it as
+			// VerifyAudit does, at the same line.
+			if k == len(lines)-1 && lines[k].err != nil && len(rest) > 0 {
+				var ae *errs.Error
+				if !errors.As(err, &ae) || ae.Code != errs.CodeChainBroken || ae.Seq != uint64(k+1) || ae.Offset != lines[k].off {
+					t.Fatalf("Append after line %d (offset %d) fails (%v) before a torn tail: %v; want INT_002 there", k+1, lines[k].off, lines[k].err, err)
+				}
 			}
 			return
 		}

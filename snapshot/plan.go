@@ -115,7 +115,11 @@ type Plan struct {
 // caller delete nothing before its replacement is durable and verified:
 //
 //  1. create_snapshot, if a trigger fired (records, bytes or time since the
-//     newest snapshot, with at least one record not yet covered);
+//     newest snapshot, with at least one record not yet covered). The time
+//     is due, too, when the newest snapshot (or, with none, the oldest
+//     record not in one) is dated after now: after the clock went back its
+//     age is unknown, and a negative age held the trigger off until the
+//     clock caught up. A note names the date;
 //  2. delete_snapshot for usable snapshots beyond keep_snapshots, oldest
 //     first (Compare: by the records their frontiers cover, not by the
 //     creation time a clock that went back gets wrong). A planned new snapshot counts toward keep_snapshots, but the
@@ -232,16 +236,35 @@ func createText(create bool) string {
 // triggers appends a create_snapshot action when one fires and reports it.
 func triggers(p Policy, in PlanInput, usable []Info, plan *Plan) bool {
 	st := in.Stats
+	// What the time trigger measures from: the newest snapshot's creation
+	// time, or, with none, the oldest record's time.
+	var from time.Time
+	var what string
+	ageKnown := len(usable) > 0 || !st.OldestUnsnapshotted.IsZero()
+	if len(usable) > 0 {
+		newest := usable[len(usable)-1]
+		from, what = newest.Created, "snapshot "+newest.Name
+	} else {
+		from, what = st.OldestUnsnapshotted, "the oldest record not in a snapshot"
+	}
+	// NB: a date after now (the wall clock went back, or the file carries
+	// a wrong date) gives a negative age, and every_seconds then waited
+	// until the clock caught up: an hour, or ten years with no snapshot
+	// however long the log grew. Such a date says nothing about how long
+	// ago it was: the trigger takes it as due. That costs at most one
+	// snapshot, which is dated now and measures the next interval.
+	ahead := ageKnown && from.After(in.Now)
+	if ahead {
+		plan.Notes = append(plan.Notes, fmt.Sprintf("%s is dated %s, after now (%s): the clock went back or the date is wrong, so its age is unknown and every_seconds takes it as due",
+			what, from.UTC().Format(time.RFC3339), in.Now.UTC().Format(time.RFC3339)))
+	}
 	if st.RecordsSinceSnapshot == 0 {
 		plan.Notes = append(plan.Notes, "no records since the newest snapshot: no new snapshot")
 		return false
 	}
 	var age time.Duration
-	var ageKnown bool
-	if len(usable) > 0 {
-		age, ageKnown = in.Now.Sub(usable[len(usable)-1].Created), true
-	} else if !st.OldestUnsnapshotted.IsZero() {
-		age, ageKnown = in.Now.Sub(st.OldestUnsnapshotted), true
+	if ageKnown {
+		age = in.Now.Sub(from)
 	}
 	var fired, why []string
 	if n := p.Snapshot.EveryRecords; n > 0 && st.RecordsSinceSnapshot >= uint64(n) {
@@ -252,9 +275,13 @@ func triggers(p Policy, in PlanInput, usable []Info, plan *Plan) bool {
 		fired = append(fired, "every_bytes")
 		why = append(why, fmt.Sprintf("%d bytes since the newest snapshot (every_bytes=%d)", st.BytesSinceSnapshot, n))
 	}
-	if d := p.SnapshotInterval(); d > 0 && ageKnown && age >= d {
+	if d := p.SnapshotInterval(); d > 0 && ageKnown && (ahead || age >= d) {
 		fired = append(fired, "every_seconds")
-		why = append(why, fmt.Sprintf("%s since the newest snapshot (every_seconds=%d)", age.Truncate(time.Second), p.Snapshot.EverySeconds))
+		if ahead {
+			why = append(why, fmt.Sprintf("%s is dated after now, so its age is unknown: taken as due (every_seconds=%d)", what, p.Snapshot.EverySeconds))
+		} else {
+			why = append(why, fmt.Sprintf("%s since the newest snapshot (every_seconds=%d)", age.Truncate(time.Second), p.Snapshot.EverySeconds))
+		}
 	}
 	if len(fired) == 0 {
 		ageText := "unknown"
