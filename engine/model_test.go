@@ -97,10 +97,12 @@ func (m *model) apply(e Entry) outcome {
 		k := e.Anchor + "\x00" + string(e.IdempotencyKey)
 		if prior, ok := m.idem[k]; ok {
 			rec := m.logs[e.Anchor][prior.seq-1]
-			orig := Receipt{Anchor: e.Anchor, Seq: rec.seq, Counter: rec.counter, Hash: rec.hash, Duplicate: true}
+			orig := Receipt{Anchor: e.Anchor, Seq: rec.seq, Counter: rec.counter, Hash: rec.hash}
 			if prior.fingerprint != segment.Fingerprint(e.Type, e.Key, e.Value) {
+				// SPEC §7: the receipt the original append got.
 				return outcome{code: ErrConflict.Code, conflict: true, original: orig}
 			}
+			orig.Duplicate = true
 			return outcome{receipt: orig}
 		}
 	}
