@@ -8,37 +8,78 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // An index that is lost, behind or ahead of the segments.
 
 // copyTree copies the subtree src of from into dst of to (MemFS to MemFS).
+// The source may be the index of an open database, whose flushes and
+// compactions remove tables while the copy lists and reads them: a copy
+// that met a file gone between the listing and the read is not a copy of
+// any one moment, so it is taken again.
 func copyTree(t testing.TB, from vfs.FS, src string, to vfs.FS, dst string) {
 	t.Helper()
-	if err := to.MkdirAll(dst, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	names, err := from.List(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		sp, dp := from.PathJoin(src, n), to.PathJoin(dst, n)
-		st, err := from.Stat(sp)
+	for attempt := 0; ; attempt++ {
+		files := map[string][]byte{}
+		vanished, err := collectTree(from, src, "", files)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.IsDir() {
-			copyTree(t, from, sp, to, dp)
+		if vanished && attempt < 100 {
 			continue
 		}
-		data, err := readMemFile(from, sp)
-		if err != nil {
+		if vanished {
+			t.Fatalf("%s kept changing under 100 copies", src)
+		}
+		if err := to.MkdirAll(dst, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		writeMemFile(to, dp, data)
+		for rel, data := range files {
+			dp := to.PathJoin(dst, rel)
+			if err := to.MkdirAll(to.PathDir(dp), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			writeMemFile(to, dp, data)
+		}
+		return
 	}
+}
+
+// collectTree reads every file under src into files, keyed by its path
+// below src; vanished reports a file listed but gone when read.
+func collectTree(from vfs.FS, src, rel string, files map[string][]byte) (vanished bool, err error) {
+	dir := from.PathJoin(src, rel)
+	names, err := from.List(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		r := from.PathJoin(rel, n)
+		st, err := from.Stat(from.PathJoin(src, r))
+		if errors.Is(err, oserror.ErrNotExist) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if st.IsDir() {
+			if v, err := collectTree(from, src, r, files); v || err != nil {
+				return v, err
+			}
+			continue
+		}
+		data, err := readMemFile(from, from.PathJoin(src, r))
+		if errors.Is(err, oserror.ErrNotExist) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		files[r] = data
+	}
+	return false, nil
 }
 
 func TestIndexLostOrStale(t *testing.T) {
