@@ -272,6 +272,10 @@ func TestWriteFuzzCorpora(t *testing.T) {
 	at := bytes.LastIndex(tampered, []byte(`"hash":"blake3:`)) + len(`"hash":"blake3:`)
 	tampered[at] ^= 1
 	writeCorpus(auditDir, "real-audit-log-bad-last-line-torn", append(tampered, `{"seq":`...))
+	// The last line repeated: it checks but does not link, which Append
+	// and VerifyAudit both refuse.
+	lastOff := bytes.LastIndexByte(logBytes[:len(logBytes)-1], '\n') + 1
+	writeCorpus(auditDir, "real-audit-log-last-line-repeated", append(append([]byte{0}, logBytes...), logBytes[lastOff:]...))
 	dir := filepath.Join("testdata", "fuzz", "FuzzIndexRows")
 	write := func(name string, k, v []byte) { writeCorpus(dir, name, k, v) }
 	it, err := db.index.NewIter(&pebble.IterOptions{})

@@ -232,16 +232,19 @@ func decodeAuditLine(line []byte) (AuditEntry, error) {
 // Append appends an entry to the audit log at path, creating it if needed,
 // and fsyncs it (and, for a new file, its directory) before returning the
 // entry as written: Seq, Prev and Hash set, Time in UTC (now when zero).
-// Append reads only the log's tail: it checks the last line's own hash, not
-// the whole chain (VerifyAudit does that). A torn tail left by a crash is
-// written over, and so is a last line that fails its check and ends the
-// file, which is what a crash can leave too: only a caller that keeps the
-// head elsewhere can tell it from a damaged line (the engine refuses, in
-// AppendAfter's before, to write over a line it recorded). If the line
-// before it fails as well, or bytes follow its newline (no crash leaves
-// that), it is INT_002, as VerifyAudit says, and nothing is written.
-// Write failures are IO_001. Append is not safe for concurrent use on one
-// file; the engine holds its writer lock.
+// Append reads only the log's tail, not the whole chain (VerifyAudit does
+// that): the line it chains onto must check (its own hash) and link to the
+// line before it (seq one past that line's, prev its hash), which must
+// check too; otherwise it is INT_002 at that line, as VerifyAudit says, and
+// nothing is written. A torn tail left by a crash is written over, and so
+// is a last line that fails its check and ends the file, which is what a
+// crash can leave too: only a caller that keeps the head elsewhere can tell
+// it from a damaged line (the engine refuses, in AppendAfter's before, to
+// write over a line it recorded); Append then chains onto the line before
+// it. A last line that fails its check with bytes after its newline (no
+// crash leaves that) is INT_002 as well. Read and write failures are
+// IO_001. Append is not safe for concurrent use on one file; the engine
+// holds its writer lock.
 func Append(fs vfs.FS, path string, e AuditEntry) (AuditEntry, error) {
 	return AppendAfter(fs, path, e, nil)
 }
@@ -336,63 +339,115 @@ func auditTail(fs vfs.FS, path string) (AuditEntry, int64, int64, error) {
 	return e, after, st.Size() - after, nil
 }
 
-// lastLine finds the last good line among the first size bytes of the file.
-// With tornOK, a last line that does not check is taken for a torn append
-// (see scanAudit) and the line before it is returned instead.
+// lastLine finds the last good line among the first size bytes of the file
+// and returns it with the offset just after it. A good line checks (its
+// own hash) and links to the line before it, which must check too: Append
+// chains onto it, and a line chained onto one VerifyAudit refuses would
+// bury the damage a line deeper. With tornOK, a last line that does not
+// check is taken for a torn append (see scanAudit) and the line before it
+// is returned instead.
 func lastLine(f vfs.File, path string, size int64, tornOK bool) (AuditEntry, int64, error) {
+	line, lineOff, ok, err := wholeLineBefore(f, path, size)
+	if err != nil || !ok {
+		return AuditEntry{}, 0, err // !ok: nothing but a torn tail
+	}
+	e, err := decodeAuditLine(line)
+	if err != nil {
+		if !tornOK {
+			return AuditEntry{}, 0, badLine(f, path, lineOff, "line before a torn one: %v", err)
+		}
+		if after := size - lineOff - int64(len(line)) - 1; after > 0 {
+			// NB: a crash leaves a line that does not check only as
+			// the file's last bytes: an append ends with its newline
+			// and pads over the torn bytes it found. One with bytes
+			// after its newline is damage, as VerifyAudit says;
+			// written over, it and the tail were repaired silently.
+			return AuditEntry{}, 0, badLine(f, path, lineOff, "%v; %d bytes follow it, so it is no torn append (a crash leaves one only at the end)", err, after)
+		}
+		return lastLine(f, path, lineOff, false)
+	}
+	// NB: the line's own hash does not say it belongs where it is: a
+	// line repeated, or one left after the line before it was removed,
+	// checks as well. VerifyAudit refuses such a log at that line, so
+	// Append must not make it one line longer.
+	n, prev := uint64(1), segment.Hash{}
+	if lineOff > 0 {
+		pline, poff, _, err := wholeLineBefore(f, path, lineOff)
+		if err != nil {
+			return AuditEntry{}, 0, err
+		}
+		p, err := decodeAuditLine(pline)
+		if err != nil {
+			return AuditEntry{}, 0, badLine(f, path, poff, "%v", err)
+		}
+		n, prev = p.Seq+1, p.Hash
+	}
+	if why := linkFault(e, n, prev); why != "" {
+		return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: line %d: %s", path, n, why).At("", n, path, lineOff)
+	}
+	return e, lineOff + int64(len(line)) + 1, nil
+}
+
+// wholeLineBefore returns the last whole line among the first size bytes
+// of the file, without its newline, and its offset; ok is false when those
+// bytes hold no newline. A read that fails is IO_001.
+func wholeLineBefore(f vfs.File, path string, size int64) (line []byte, off int64, ok bool, err error) {
 	// Read backwards until the window holds the last newline and the one
 	// before it (or the file's start).
 	for w := int64(4096); ; w *= 2 {
 		w = min(w, size)
 		buf := make([]byte, w)
 		if err := readAt(f, buf, size-w); err != nil {
-			return AuditEntry{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "audit: read %s", path)
+			return nil, 0, false, errs.Wrap(errs.CodeWriteFailed, err, "audit: read %s", path)
 		}
 		end := bytes.LastIndexByte(buf, '\n')
 		if end < 0 && w == size {
-			return AuditEntry{}, 0, nil // nothing but a torn tail
+			return nil, 0, false, nil
 		}
 		if end >= 0 {
 			start := bytes.LastIndexByte(buf[:end], '\n') + 1
 			if start > 0 || w == size {
-				lineOff := size - w + int64(start)
-				e, err := decodeAuditLine(buf[start:end])
-				if err != nil {
-					if !tornOK {
-						return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: line before a torn one: %v", path, err).At("", 0, path, lineOff)
-					}
-					if after := len(buf) - end - 1; after > 0 {
-						// NB: a crash leaves a line that does not check
-						// only as the file's last bytes: an append ends
-						// with its newline and pads over the torn bytes it
-						// found. One with bytes after its newline is
-						// damage, as VerifyAudit says; written over, it
-						// and the tail were repaired silently.
-						return AuditEntry{}, 0, badBeforeTail(f, path, lineOff, after, err)
-					}
-					return lastLine(f, path, lineOff, false)
-				}
-				return e, size - w + int64(end) + 1, nil
+				return buf[start:end], size - w + int64(start), true, nil
 			}
 		}
 		if w >= 2*maxAuditLine+2 {
-			return AuditEntry{}, 0, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
+			return nil, 0, false, errs.New(errs.CodeChainBroken, "audit %s: no line ends in the last %d bytes", path, w).At("", 0, path, size-w)
 		}
 	}
 }
 
-// badBeforeTail is the INT_002 of a last whole line, at lineOff, that does
-// not check (why) and has after bytes of a torn tail behind it. It names
-// the line as VerifyAudit does, by its number (one past the line before
-// it, when that one decodes) and offset.
-func badBeforeTail(f vfs.File, path string, lineOff int64, after int, why error) error {
-	line, n := "the last whole line", uint64(0)
-	if prev, _, err := lastLine(f, path, lineOff, false); err == nil {
-		n = prev.Seq + 1
-		line = fmt.Sprintf("line %d", n)
+// badLine is the INT_002 of the whole line at lineOff, which does not check.
+// It names the line as VerifyAudit does, by its number (one past the line
+// before it, when that one checks) and offset; a read that fails is the
+// IO_001 it is instead.
+func badLine(f vfs.File, path string, lineOff int64, format string, args ...any) error {
+	what, n := "the last whole line", uint64(1)
+	if lineOff > 0 {
+		n = 0
+		pline, _, _, err := wholeLineBefore(f, path, lineOff)
+		if err != nil {
+			return err
+		}
+		if p, err := decodeAuditLine(pline); err == nil {
+			n = p.Seq + 1
+		}
 	}
-	return errs.New(errs.CodeChainBroken, "audit %s: %s: %v; %d bytes follow it, so it is no torn append (a crash leaves one only at the end)",
-		path, line, why, after).At("", n, path, lineOff)
+	if n > 0 {
+		what = fmt.Sprintf("line %d", n)
+	}
+	return errs.New(errs.CodeChainBroken, "audit %s: %s: %s", path, what, fmt.Sprintf(format, args...)).At("", n, path, lineOff)
+}
+
+// linkFault says why e, read as line n after a line hashing to prev (zero
+// before the first), does not link there; "" when it does.
+func linkFault(e AuditEntry, n uint64, prev segment.Hash) string {
+	if e.Seq != n {
+		return fmt.Sprintf("carries seq %d (a line is missing, inserted or moved)", e.Seq)
+	}
+	if e.Prev != prev {
+		return fmt.Sprintf("prev %s does not link to line %d (%s)", e.Prev, n-1, prev)
+	}
+	return ""
 }
 
 // ReadAudit reads the audit log at path, checking every line and the chain
@@ -470,11 +525,8 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 			}
 			return head, fail("%v", err)
 		}
-		if e.Seq != n {
-			return head, fail("carries seq %d (a line is missing, inserted or moved)", e.Seq)
-		}
-		if e.Prev != head.Head {
-			return head, fail("prev %s does not link to line %d (%s)", e.Prev, n-1, head.Head)
+		if why := linkFault(e, n, head.Head); why != "" {
+			return head, fail("%s", why)
 		}
 		head.Lines, head.Head = n, e.Hash
 		off += int64(len(line))

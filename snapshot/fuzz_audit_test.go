@@ -58,9 +58,10 @@ func hashedLine(body []byte) ([]byte, segment.Hash) {
 // append — and count what follows the last newline as torn; and Append
 // after a log that verifies chains its line to the head and leaves a log
 // that verifies one line longer (after one that does not, it refuses with
-// INT_002 and changes nothing, or appends; after a last whole line that
-// does not decode with a torn tail behind it, which no crash leaves, it
-// refuses as VerifyAudit does, at that line).
+// INT_002 and changes nothing, or appends; when the chain breaks at the
+// line it chains onto — the last whole line, or the one before a torn
+// append — or at an undecodable line before that one, it refuses as
+// VerifyAudit does, at that line).
 //
 // The first byte picks the mode. 0: the rest is the file. 1: the next byte
 // (mod 8) is a count n of valid chained lines to write first, each made
@@ -86,6 +87,9 @@ func FuzzAuditLog(f *testing.F) {
 	f.Add(append(append([]byte{0}, valid...), "   \n"...))
 	// The last line altered, a torn tail after it: Append wrote over both.
 	f.Add(append(append([]byte{0}, bytes.Replace(valid, []byte("cut below 7"), []byte("cut below 8"), 1)...), `{"seq":4`...))
+	// The last line repeated, which checks but does not link: Append chained
+	// onto it.
+	f.Add(append(append([]byte{0}, valid...), valid[bytes.LastIndexByte(valid[:len(valid)-1], '\n')+1:]...))
 	f.Add(append([]byte{0}, bytes.Replace(valid, []byte(`"seq":2`), []byte(`"seq":3`), 1)...))
 	f.Add([]byte("\x01\x02\x02\x00x\x01\x03" + `{"seq":3}` + "\n"))
 	f.Add([]byte("\x01\x01\x00" + `{"seq":2}` + "\n\n"))
@@ -199,13 +203,22 @@ func FuzzAuditLog(f *testing.F) {
 			if err != nil && !bytes.Equal(readFile(t, fs, auditPath), data) {
 				t.Fatalf("Append refused (%v) but changed the file", err)
 			}
-			// A last whole line that does not check, with a torn tail
-			// after it, is no crash's shape: Append refuses it as
+			// The line Append chains onto is the last whole one, or the
+			// one before it when the last is a torn append (it does not
+			// decode and nothing follows it). When the chain breaks
+			// there — it does not decode (with a torn tail after it,
+			// which no crash leaves) or does not link — or at the line
+			// before it, which does not decode, Append refuses as
 			// VerifyAudit does, at the same line.
-			if k == len(lines)-1 && lines[k].err != nil && len(rest) > 0 {
+			target := len(lines) - 1
+			if lines[target].err != nil && len(rest) == 0 {
+				target--
+			}
+			if k == target || (k == target-1 && lines[k].err != nil && lines[target].err == nil) {
 				var ae *errs.Error
 				if !errors.As(err, &ae) || ae.Code != errs.CodeChainBroken || ae.Seq != uint64(k+1) || ae.Offset != lines[k].off {
-					t.Fatalf("Append after line %d (offset %d) fails (%v) before a torn tail: %v; want INT_002 there", k+1, lines[k].off, lines[k].err, err)
+					t.Fatalf("Append onto line %d of %d (%d torn bytes after) with line %d (offset %d) failing (decode: %v, links: %v): %v; want INT_002 there",
+						target+1, len(lines), len(rest), k+1, lines[k].off, lines[k].err, lines[k].links, err)
 				}
 			}
 			return
