@@ -456,6 +456,8 @@ func linkFault(e AuditEntry, n uint64, prev segment.Hash) string {
 // as an INT_002 *errs.Error whose Seq is the line number and Offset the
 // line's byte offset, and ends the sequence. A missing file is an empty log.
 // A torn tail after the last newline is skipped (VerifyAudit reports it).
+// A stat, open or read that fails is IO_001, not INT_002: it says nothing
+// of what the log holds.
 func ReadAudit(fs vfs.FS, path string) iter.Seq2[AuditEntry, error] {
 	return func(yield func(AuditEntry, error) bool) {
 		var stopped bool
@@ -471,9 +473,18 @@ func ReadAudit(fs vfs.FS, path string) iter.Seq2[AuditEntry, error] {
 	}
 }
 
-// VerifyAudit checks the whole audit log and returns its head.
+// VerifyAudit checks the whole audit log and returns its head. Its errors
+// are ReadAudit's.
 func VerifyAudit(fs vfs.FS, path string) (AuditHead, error) {
 	return scanAudit(fs, path, func(AuditEntry) bool { return true })
+}
+
+// ioFailure is the IO_001 of a failed stat, open or read of the audit log
+// at path.
+func ioFailure(err error, path, format string, args ...any) error {
+	e := errs.Wrap(errs.CodeWriteFailed, err, format, args...)
+	e.File = path
+	return e
 }
 
 func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, error) {
@@ -486,7 +497,10 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 		if errs.CodeOf(err) != "" {
 			return head, err
 		}
-		return head, errs.Wrap(errs.CodeChainBroken, err, "audit: open %s", path).At("", 0, path, 0)
+		// NB: a stat or open that fails says nothing of what the log
+		// holds: IO_001 (try again), not the INT_002 that verify and
+		// compaction report as damage.
+		return head, ioFailure(err, path, "audit: open %s", path)
 	}
 	defer f.Close()
 	// The first buffer holds the whole of a small log (it grows for a
@@ -510,11 +524,17 @@ func scanAudit(fs vfs.FS, path string, fn func(AuditEntry) bool) (AuditHead, err
 			return head, fail("longer than %d bytes", maxAuditLine)
 		}
 		if err != nil {
-			return head, fail("read: %v", err)
+			return head, ioFailure(err, path, "audit %s: read line %d at offset %d", path, n, off)
 		}
 		e, err := decodeAuditLine(line[:len(line)-1])
 		if err != nil {
-			if lr.atEnd() {
+			end, rerr := lr.atEnd()
+			if rerr != nil {
+				// Whether the line is a torn append or damage depends
+				// on what follows it, which the failed read did not say.
+				return head, ioFailure(rerr, path, "audit %s: read after line %d at offset %d", path, n, off+int64(len(line)))
+			}
+			if end {
 				// The last line: an append the crash cut short (a block of it
 				// lost while its newline survived) looks exactly like this.
 				// It was never acknowledged; Append writes over it. Whoever

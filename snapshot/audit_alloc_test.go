@@ -119,14 +119,14 @@ func TestLineReader(t *testing.T) {
 	if line, err := lr.next(); err != nil || string(line) != "x\n" {
 		t.Fatalf("%q %v", line, err)
 	}
-	if lr.atEnd() {
-		t.Fatal("atEnd before the tail")
+	if end, err := lr.atEnd(); end || err != nil {
+		t.Fatalf("atEnd before the tail: %v %v", end, err)
 	}
 	if line, err := lr.next(); !errors.Is(err, boom) || string(line) != "y" {
 		t.Fatalf("tail before a read error: %q %v", line, err)
 	}
-	if lr.atEnd() {
-		t.Fatal("a read error taken for the end")
+	if end, err := lr.atEnd(); end || !errors.Is(err, boom) {
+		t.Fatalf("a read error taken for the end (%v), or not returned: %v", end, err)
 	}
 	lr = newLineReader(emptyReader{}, 16, 64)
 	if _, err := lr.next(); !errors.Is(err, io.ErrNoProgress) {

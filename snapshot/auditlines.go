@@ -63,16 +63,19 @@ func (lr *lineReader) next() ([]byte, error) {
 }
 
 // atEnd reports whether the input ends after what next returned: no byte
-// follows, and the read that said so ended with io.EOF (a read error is
-// not the end).
-func (lr *lineReader) atEnd() bool {
+// follows, and the read that said so ended with io.EOF. A read that failed
+// before a byte or the end was seen is the error: it does not say which.
+func (lr *lineReader) atEnd() (bool, error) {
 	for lr.start == lr.end {
 		if lr.err != nil {
-			return errors.Is(lr.err, io.EOF)
+			if errors.Is(lr.err, io.EOF) {
+				return true, nil
+			}
+			return false, lr.err
 		}
 		lr.fill()
 	}
-	return false
+	return false, nil
 }
 
 // fill reads once more into the buffer, moving the unread bytes to its
