@@ -62,7 +62,8 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 // are the database's own: the head row, or the line an append recorded it
 // was about to write, when the log holds it (an unclean stop can lose the
 // head row after the line was written). A row that cannot be read is an
-// empty head (a legacy or rebuilt index without one).
+// empty head (a legacy or rebuilt index without one). A log that cannot be
+// read (IO_001) is the error.
 func (db *DB) auditHead() (uint64, segment.Hash, error) {
 	var n uint64
 	var h segment.Hash
@@ -78,6 +79,13 @@ func (db *DB) auditHead() (uint64, segment.Hash, error) {
 	next := segment.Hash(rec[8:])
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {
+			// NB: a failed read says nothing of the line recorded as
+			// next: taken for missing, the database's own last line
+			// counted as one past its head (a verify finding, an
+			// append refused as INT_002).
+			if !errs.CodeOf(err).IsIntegrity() {
+				return n, h, err
+			}
 			return n, h, nil // verify reports the log
 		}
 		if entry.Seq == n+1 {
@@ -96,20 +104,27 @@ func auditHeadRow(lines uint64, last segment.Hash) []byte {
 	return append(be.AppendUint64(make([]byte, 0, 8+segment.HashSize), lines), last[:]...)
 }
 
-// adoptAuditHead gives a rebuilt index the audit log's head as the log
-// stands. The head is index data that no segment holds; without it a line
-// lost from the log's end later would go unnoticed. What the log lost before
-// the rebuild cannot be told any more. A log whose chain does not verify is
-// left for verify to report, and gets no head.
-func (db *DB) adoptAuditHead() error {
+// adoptedAuditHead is the head row a rebuilt index takes from the audit log
+// as the log stands (nil for none): initIndex writes it with the format row
+// that marks the rebuild done. The head is index data that no segment
+// holds; without it a line lost from the log's end later would go
+// unnoticed. What the log lost before the rebuild cannot be told any more.
+// A log whose chain does not verify is left for verify to report, and gets
+// no head; one that cannot be read is the error (IO_001).
+func (db *DB) adoptedAuditHead() ([]byte, error) {
 	head, err := snapshot.VerifyAudit(db.fs, db.AuditPath())
+	if err != nil && !errs.CodeOf(err).IsIntegrity() {
+		// NB: a read that failed is no broken chain. Taken for one, the
+		// rebuilt index had no head for good: the format row written
+		// after it marks the rebuild done, and no later Open adopts a
+		// head. Failing here, before that row, the next Open rebuilds
+		// again.
+		return nil, err
+	}
 	if err != nil || head.Lines == 0 {
-		return nil
+		return nil, nil
 	}
-	if err := db.index.Set(metaKey(metaAudit), auditHeadRow(head.Lines, head.Head), pebble.NoSync); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
-	}
-	return nil
+	return auditHeadRow(head.Lines, head.Head), nil
 }
 
 // catchUpAuditHead gives an older copy of the index (stale_index) the

@@ -368,11 +368,6 @@ func (db *DB) open() error {
 			return err
 		}
 	}
-	if fresh {
-		if err := db.adoptAuditHead(); err != nil {
-			return err
-		}
-	}
 	if err := db.reportStoredDamage(); err != nil {
 		return err
 	}
@@ -486,7 +481,14 @@ func (db *DB) initIndex() error {
 			return err
 		}
 	}
+	auditRow, err := db.adoptedAuditHead()
+	if err != nil {
+		return err
+	}
 	b := db.index.NewBatch()
+	if auditRow != nil {
+		_ = b.Set(metaKey(metaAudit), auditRow, nil)
+	}
 	_ = b.Set(metaKey(metaDBID), []byte(db.id), nil)
 	_ = b.Set(metaKey(metaClean), be.AppendUint64(nil, 1), nil)
 	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)

@@ -409,7 +409,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 // NB: a rebuild has no index, so no recorded head of the audit log
 // (metaAudit) to tell the database's own lines from ones appended after
 // them: every line of the log as it stands counts, as it does for the head
-// the rebuilt index adopts (adoptAuditHead). The chain is unkeyed, so
+// the rebuilt index adopts (adoptedAuditHead). The chain is unkeyed, so
 // someone who can append a well-formed line can still vouch for a forged
 // snapshot; what this refuses is a file merely dropped into snapshots/, or
 // one rewritten after it was recorded. verify, which replays every
