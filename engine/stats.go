@@ -114,10 +114,14 @@ type Stats struct {
 	Snapshots int `json:"snapshots"`
 	// RecordsUnsnapshotted counts the records after the newest snapshot's
 	// frontier; OldestUnsnapshottedAge is the age of the oldest of them (0
-	// when there is none).
-	RecordsUnsnapshotted   uint64        `json:"records_unsnapshotted"`
-	OldestUnsnapshottedAge time.Duration `json:"oldest_unsnapshotted_age_ns"`
-	Metrics                Metrics       `json:"metrics"`
+	// when there is none). It is never negative: when that record is dated
+	// after now (the clock went back, or the date is wrong) its age is
+	// unknown, the age is 0 and OldestUnsnapshottedAfterNow is set — the
+	// case a compaction plan notes, and takes every_seconds as due for.
+	RecordsUnsnapshotted        uint64        `json:"records_unsnapshotted"`
+	OldestUnsnapshottedAge      time.Duration `json:"oldest_unsnapshotted_age_ns"`
+	OldestUnsnapshottedAfterNow bool          `json:"oldest_unsnapshotted_after_now"`
+	Metrics                     Metrics       `json:"metrics"`
 }
 
 // Stats counts anchors, records and bytes. It walks the segment directories,
@@ -181,7 +185,13 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	}
 	s.RecordsUnsnapshotted = since.RecordsSinceSnapshot
 	if t := since.OldestUnsnapshotted; !t.IsZero() && s.RecordsUnsnapshotted > 0 {
-		s.OldestUnsnapshottedAge = db.opts.Clock().Sub(t)
+		// NB: a record dated after now gave a negative age, which reads
+		// as "none yet" or as nonsense; how long ago it was is unknown.
+		if now := db.opts.Clock(); t.After(now) {
+			s.OldestUnsnapshottedAfterNow = true
+		} else {
+			s.OldestUnsnapshottedAge = now.Sub(t)
+		}
 	}
 	return s, nil
 }

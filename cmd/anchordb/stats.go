@@ -14,7 +14,8 @@ var statsCmd = &command{
 	detail: `With --json one object: the engine's statistics (dir, id, durability, anchors, records,
 damaged_anchors, segment_files, segment_bytes, index_bytes, in_flight_records,
 in_flight_bytes, open_segment_files, clock, snapshots, records_unsnapshotted,
-oldest_unsnapshotted_age_ns, metrics: the engine's counters since this open — groups,
+oldest_unsnapshotted_age_ns (0 when the oldest is dated after now; then
+oldest_unsnapshotted_after_now is true), metrics: the engine's counters since this open — groups,
 records, journal syncs and bytes, segment writes, seals, settles, duplicates, refusals by
 code, group_records_p50/p99 and sync_latency_p50/p99_ns), "damaged": the read-only anchors and why,
 and "recovery": what this command's open found ({"clean","rebuilt","events"}).`,
@@ -151,6 +152,9 @@ func printStatsHuman(e *env, s statsJSON) {
 func unsnapshottedText(s engine.Stats) string {
 	if s.RecordsUnsnapshotted == 0 {
 		return "0 records"
+	}
+	if s.OldestUnsnapshottedAfterNow {
+		return fmt.Sprintf("%d records, the oldest dated after now (the clock went back, or its date is wrong): its age is unknown", s.RecordsUnsnapshotted)
 	}
 	return fmt.Sprintf("%d records, the oldest %s old", s.RecordsUnsnapshotted, s.OldestUnsnapshottedAge.Round(time.Millisecond))
 }
