@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/proof"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -64,5 +66,49 @@ func TestVerifyDuringTruncationMarksNothing(t *testing.T) {
 	}
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
 		t.Fatalf("verify after: %+v %v", rep, err)
+	}
+}
+
+// A checkpoint passed as VerifyOptions.From is the caller's claim: one that
+// disagrees with the anchors' trees (a wrong root, more records than the
+// log has) is reported, and each anchor is then checked in full, which
+// finds any damage of the log itself. The disagreement alone made the
+// anchors read-only: any checkpoint object with this database's origin,
+// signed by anyone (or, built in code, by no one), stopped their writers.
+// The same holds for what the stored checkpoints claim.
+func TestVerifyFromAWrongCheckpointMarksNothing(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, memOpts(fs))
+	defer db.Close()
+	appendN(t, db, []string{"a", "b"}, 30, "x")
+	skey, _ := coverKeys(t)
+	_, cp, err := db.CreateCheckpoint(ctx, skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := slices.Clone(cp.Entries)
+	entries[0].Root[0] ^= 1 // a: another root
+	entries[1].Size += 5    // b: records the log does not have
+	wrong, err := proof.NewCheckpoint(db.ID(), cp.Time, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{From: wrong})
+	if err != nil || rep.OK {
+		t.Fatalf("a wrong checkpoint is not reported: %+v %v", rep, err)
+	}
+	for _, f := range rep.Failures {
+		if f.Anchor != "a" && f.Anchor != "b" {
+			t.Fatalf("finding %+v", f)
+		}
+	}
+	for _, a := range []string{"a", "b"} {
+		if _, err := db.Put(ctx, a, []byte("k"), []byte("v")); err != nil {
+			t.Errorf("anchor %s is read-only after a Verify from a wrong checkpoint: %v", a, err)
+		}
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify without it: %+v %v", rep, err)
 	}
 }
