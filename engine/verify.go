@@ -170,13 +170,10 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if perr := ctx.Err(); perr != nil && err == nil {
 		err = perr
 	}
-	rep := v.result()
-	for _, f := range rep.Failures {
-		if f.Anchor != "" {
-			db.noteDamage(f.Anchor, f.Err()) // SPEC §3: read-only from now on
-		}
+	for _, f := range v.logFindings {
+		db.noteDamage(f.Anchor, f.Err()) // SPEC §3: read-only from now on
 	}
-	return rep, err
+	return v.result(), err
 }
 
 // verifier is one run of Verify.
@@ -203,9 +200,10 @@ type verifier struct {
 
 	removing bool // holds db.removing (read)
 
-	mu       sync.Mutex
-	findings []Finding
-	ioErr    error
+	mu          sync.Mutex
+	findings    []Finding
+	logFindings []Finding // of findings, those about an anchor's own log or index (not a checkpoint's claim)
+	ioErr       error
 
 	records     atomic.Uint64
 	bytes       atomic.Int64
