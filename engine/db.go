@@ -770,6 +770,9 @@ func (db *DB) shut() error {
 	// Reads in progress finish before the index and the segment files
 	// close under them; later ones are refused.
 	db.reads.drain()
+	if err == nil && db.failed.Load() == nil {
+		err = db.recordLateDamage() // found by the reads just waited for
+	}
 	return errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
 		ioErr(db.files.close(), "close segments"))
 }
