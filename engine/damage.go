@@ -23,8 +23,10 @@ import (
 // leader's to write: a reader writing it directly could put back an older
 // active segment over one a concurrent seal had just recorded. A settle is
 // requested so that the row reaches disk soon even when no append follows;
-// Close settles too. A crash before then loses the mark, not data: the
-// next read or Verify finds the same damage and marks it again.
+// Close settles too, and itself writes the marks found while it waited for
+// the reads in progress (recordLateDamage). A crash before then loses the
+// mark, not data: the next read or Verify finds the same damage and marks
+// it again.
 
 // metaDamaged is present once some anchor's 'a' row holds damage: Open then
 // names every damaged anchor (reportStoredDamage) without a scan of the 'a'
@@ -76,21 +78,50 @@ func (db *DB) noteDamage(id string, e *errs.Error) {
 // stageDamage runs in the leader, in buildGroup: every anchor noteDamage
 // queued gets its 'a' row rewritten in this group, with the damage in it.
 func (g *group) stageDamage() {
-	q := &g.db.damaged
-	if !q.pending.Load() {
-		return
-	}
-	q.mu.Lock()
-	anchors := q.anchors
-	q.anchors = nil
-	q.pending.Store(false)
-	q.mu.Unlock()
+	anchors := g.db.damaged.take()
 	for _, a := range anchors {
 		g.pendingFor(a).metaDirty = true
 	}
 	if len(anchors) > 0 {
 		_ = g.batch.Set(metaKey(metaDamaged), damagedFlag, nil)
 	}
+}
+
+// take empties the queue and returns what it held.
+func (q *damageQueue) take() []*anchor {
+	if !q.pending.Load() {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	anchors := q.anchors
+	q.anchors = nil
+	q.pending.Store(false)
+	return anchors
+}
+
+// recordLateDamage writes, at Close, the marks of damage that reads and
+// Verify calls Close waited for found after its last settle. Close waits
+// for them once the leader and the applier have stopped, so no group writes
+// these rows (TestDamageFoundWhileClosingIsKept); with none running, the
+// anchor's head is final, and the rows are written and flushed here, as
+// markDamaged writes one at Open.
+func (db *DB) recordLateDamage() error {
+	anchors := db.damaged.take()
+	if len(anchors) == 0 {
+		return nil
+	}
+	b := db.index.NewBatch()
+	defer b.Close()
+	for _, a := range anchors {
+		meta := anchorMetaOf(&pendingAnchor{a: a, anchorHead: a.anchorHead})
+		_ = b.Set(anchorKey(a.id), meta.encode(nil), nil)
+	}
+	_ = b.Set(metaKey(metaDamaged), damagedFlag, nil)
+	if err := db.applyBatch(b); err != nil {
+		return err
+	}
+	return db.flushIndex()
 }
 
 // damagedFlag is the value of the metaDamaged row; its presence is what

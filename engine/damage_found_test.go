@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -231,5 +232,42 @@ func TestDamageFoundDuringSeals(t *testing.T) {
 	}
 	if rep.OK {
 		t.Fatal("verify found no damage")
+	}
+}
+
+// Damage a read finds while Close waits for it: Close had already settled
+// (the leader's last group, which writes the marks) and the applier had
+// stopped, so the mark stayed in memory only, and after a clean close the
+// next Open reads no segment: the anchor took appends again. The docs
+// promise the mark by the next settle or Close.
+func TestDamageFoundWhileClosingIsKept(t *testing.T) {
+	ctx := context.Background()
+	fs := damagedMidLog(t)
+	db := mustOpen(t, fs, Options{})
+	closed := make(chan error, 1)
+	for rec, err := range db.Log(ctx, "t", 1, 0) {
+		if err != nil {
+			if errs.CodeOf(err) != errs.CodeHashMismatch {
+				t.Fatalf("read of the damaged record: %v", err)
+			}
+			break
+		}
+		if rec.Seq == 1 {
+			// The loop holds the read gate: Close settles, stops the
+			// applier, then waits for it.
+			go func() { closed <- db.Close() }()
+			for !db.reads.isClosing() {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	db = mustOpen(t, fs, Options{})
+	defer db.Close()
+	wantReadOnly(t, db, "after a close that waited for the read")
+	if !reportsDamage(db, "t") {
+		t.Fatalf("open did not report the damage: %+v", db.RecoveryReport())
 	}
 }

@@ -123,6 +123,10 @@ type DB struct {
 	// and forgets the anchor's cut, and (read) by GetAt from its cut check
 	// to its read of the versions: the two then agree.
 	truncating sync.RWMutex
+	// removing is held (write) by a truncation from its batch to the removal
+	// of the file, and (read) by Verify while it compares files with its
+	// index snapshot (verify.go): so it never meets a segment gone under it.
+	removing sync.RWMutex
 	// histFrom is the frontier below which a rebuild from a snapshot indexed
 	// only the snapshot's state (metaHistoryFrom); nil when every version is
 	// indexed. Set at open, read-only after.
@@ -768,6 +772,9 @@ func (db *DB) shut() error {
 	// Reads in progress finish before the index and the segment files
 	// close under them; later ones are refused.
 	db.reads.drain()
+	if err == nil && db.failed.Load() == nil {
+		err = db.recordLateDamage() // found by the reads just waited for
+	}
 	return errors.Join(err, ioErr(db.journal.Close(), "close journal"), db.closeIndex(),
 		ioErr(db.files.close(), "close segments"))
 }

@@ -154,6 +154,13 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 			return VerifyReport{}, errs.New(errs.CodeInvalidInput, "checkpoint to verify from is of %q, this database is %q", opts.From.Origin, want)
 		}
 	}
+	// NB: from before the index snapshot until the files it names are read:
+	// a truncation that removed a listed segment in between was reported as
+	// damage (db.removing). Let go before the snapshots' check, which waits
+	// for a compaction, which may wait for this.
+	db.removing.RLock()
+	v.removing = true
+	defer v.readFilesDone()
 	if err := v.prepare(); err != nil {
 		v.close()
 		return VerifyReport{}, err
@@ -163,13 +170,10 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if perr := ctx.Err(); perr != nil && err == nil {
 		err = perr
 	}
-	rep := v.result()
-	for _, f := range rep.Failures {
-		if f.Anchor != "" {
-			db.noteDamage(f.Anchor, f.Err()) // SPEC §3: read-only from now on
-		}
+	for _, f := range v.logFindings {
+		db.noteDamage(f.Anchor, f.Err()) // SPEC §3: read-only from now on
 	}
-	return rep, err
+	return v.result(), err
 }
 
 // verifier is one run of Verify.
@@ -194,9 +198,12 @@ type verifier struct {
 	histFrom map[string]uint64     // per anchor: history up to here came from a snapshot
 	hist     *histCheck            // the state at histFrom, when this run checks it
 
-	mu       sync.Mutex
-	findings []Finding
-	ioErr    error
+	removing bool // holds db.removing (read)
+
+	mu          sync.Mutex
+	findings    []Finding
+	logFindings []Finding // of findings, those about an anchor's own log or index (not a checkpoint's claim)
+	ioErr       error
 
 	records     atomic.Uint64
 	bytes       atomic.Int64
@@ -399,6 +406,7 @@ func (v *verifier) run() error {
 	if !v.halted() {
 		v.guard(v.foreignJournalEntries)
 	}
+	v.readFilesDone()
 	if !v.halted() {
 		v.guard(v.checkCheckpoints)
 	}
@@ -409,6 +417,14 @@ func (v *verifier) run() error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.ioErr
+}
+
+// readFilesDone lets a truncation remove segment files again.
+func (v *verifier) readFilesDone() {
+	if v.removing {
+		v.removing = false
+		v.db.removing.RUnlock()
+	}
 }
 
 // guard runs one part of the check, turning a panic — a bug, never an

@@ -103,9 +103,26 @@ type segInfo struct {
 	stub  bool
 }
 
+// report records a finding about the anchor's log or its index. Verify
+// makes the anchor read-only for one about the log (noteDamage).
 func (c *anchorCheck) report(code errs.Code, seq uint64, file string, offset int64, format string, args ...any) {
+	f := c.reportClaim(code, seq, file, offset, format, args...)
+	c.v.mu.Lock()
+	c.v.logFindings = append(c.v.logFindings, f)
+	c.v.mu.Unlock()
+}
+
+// reportClaim records a finding that a checkpoint's claim about the anchor
+// (its size, a root) is not what its chain and index show. It says nothing
+// of the log's bytes, which are checked on their own (in full when From's
+// claim fails), so it makes nothing read-only: a checkpoint is input, and
+// any one with this database's origin would otherwise stop the anchor's
+// writers (TestVerifyFromAWrongCheckpointMarksNothing).
+func (c *anchorCheck) reportClaim(code errs.Code, seq uint64, file string, offset int64, format string, args ...any) Finding {
 	c.findings++
-	c.v.report(Finding{Code: code, Anchor: c.id, Seq: seq, File: file, Offset: offset, Message: fmt.Sprintf(format, args...)})
+	f := Finding{Code: code, Anchor: c.id, Seq: seq, File: file, Offset: offset, Message: fmt.Sprintf(format, args...)}
+	c.v.report(f)
+	return f
 }
 
 func (c *anchorCheck) segPath(segno uint64) string {
@@ -264,7 +281,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 	v := c.v
 	c.exactRows = true
 	if size > c.last {
-		c.report(errs.CodeChainBroken, c.last+1, "", 0, "the trusted checkpoint has %d records of the anchor; the index has %d", size, c.last)
+		c.reportClaim(errs.CodeChainBroken, c.last+1, "", 0, "the trusted checkpoint has %d records of the anchor; the index has %d", size, c.last)
 		return false, nil
 	}
 	st := nodeStore{r: v.snap, anchor: c.id}
@@ -278,7 +295,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 	}
 	root, err := rng.GetRootHash(nil)
 	if err != nil || !bytes.Equal(root, c.from.Root[:]) {
-		c.report(errs.CodeHashMismatch, size, "", 0, "the index's tree at size %d has root %x; the trusted checkpoint says %s", size, root, c.from.Root)
+		c.reportClaim(errs.CodeHashMismatch, size, "", 0, "the index's tree at size %d has root %x; the trusted checkpoint says %s", size, root, c.from.Root)
 		return false, nil
 	}
 	row, ok, err := c.rowAt(size)
@@ -308,7 +325,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
 			return false, err
 		}
-		c.report(errs.CodeHashMismatch, size, path, row.Offset, "record seq %d (%s) is not the last leaf of the trusted tree: %s", size, rec.Hash, errs.Message(err))
+		c.reportClaim(errs.CodeHashMismatch, size, path, row.Offset, "record seq %d (%s) is not the last leaf of the trusted tree: %s", size, rec.Hash, errs.Message(err))
 		return false, nil
 	}
 	c.tree = merkleTreeFrom(rng.Hashes(), size)

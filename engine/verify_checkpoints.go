@@ -102,12 +102,12 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 		return
 	}
 	if e.Size > c.last {
-		c.report(errs.CodeChainBroken, c.last+1, file, 0, "the checkpoint lists %d records of the anchor; the database has %d", e.Size, c.last)
+		c.reportClaim(errs.CodeChainBroken, c.last+1, file, 0, "the checkpoint lists %d records of the anchor; the database has %d", e.Size, c.last)
 		return
 	}
 	if root, ok := c.roots[e.Size]; ok {
 		if root != e.Root {
-			c.report(errs.CodeHashMismatch, e.Size, file, 0, "the chain's tree of size %d has root %s; the checkpoint says %s", e.Size, root, e.Root)
+			c.reportClaim(errs.CodeHashMismatch, e.Size, file, 0, "the chain's tree of size %d has root %s; the checkpoint says %s", e.Size, root, e.Root)
 		}
 		return
 	}
@@ -128,7 +128,7 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 			v.fail(err)
 			return
 		}
-		c.report(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %s", e.Size, e.Root, c.from.Size, errs.Message(err))
+		c.reportClaim(errs.CodeHashMismatch, e.Size, file, 0, "the checkpoint's tree of size %d (root %s) is not a prefix of the trusted tree of size %d: %s", e.Size, e.Root, c.from.Size, errs.Message(err))
 	}
 }
 
