@@ -162,7 +162,7 @@ func (c *anchorCheck) check() error {
 	}
 	if c.hasView && c.view.damage != nil {
 		d := c.view.damage
-		c.report(d.Code, d.Seq, d.File, d.Offset, "damage recorded at open (the anchor is read-only): %s", d.Message)
+		c.report(d.Code, d.Seq, d.File, d.Offset, "damage recorded earlier (the anchor is read-only until rebuild-index): %s", d.Message)
 	}
 	if err := c.readMeta(); err != nil {
 		return err

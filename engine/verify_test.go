@@ -170,7 +170,7 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 		if f.Anchor != "a1" {
 			t.Fatalf("finding about a sound anchor: %+v", f)
 		}
-		recorded = recorded || strings.Contains(f.Message, "damage recorded at open")
+		recorded = recorded || strings.Contains(f.Message, "damage recorded earlier")
 		found = found || (f.Code == "INT_002" && f.File == path && f.Seq == 45 && f.Offset == off)
 	}
 	if !recorded || !found {
