@@ -114,14 +114,21 @@ func (db *DB) recordLateDamage() error {
 	b := db.index.NewBatch()
 	defer b.Close()
 	for _, a := range anchors {
-		meta := anchorMetaOf(&pendingAnchor{a: a, anchorHead: a.anchorHead})
-		_ = b.Set(anchorKey(a.id), meta.encode(nil), nil)
+		setDamageRows(b, a, a.anchorHead)
 	}
-	_ = b.Set(metaKey(metaDamaged), damagedFlag, nil)
 	if err := db.applyBatch(b); err != nil {
 		return err
 	}
 	return db.flushIndex()
+}
+
+// setDamageRows puts into b the anchor's 'a' row at head, its damage in it,
+// and the metaDamaged row. Only where no leader runs (Open, the end of
+// Close): after Open the 'a' row is the leader's (stageDamage).
+func setDamageRows(b *pebble.Batch, a *anchor, head anchorHead) {
+	meta := anchorMetaOf(a, head)
+	_ = b.Set(anchorKey(a.id), meta.encode(nil), nil)
+	_ = b.Set(metaKey(metaDamaged), damagedFlag, nil)
 }
 
 // damagedFlag is the value of the metaDamaged row; its presence is what
@@ -173,16 +180,16 @@ func (db *DB) reportStoredDamage() error {
 	return nil
 }
 
-// anchorMetaOf is the 'a' row the leader writes for p: its active segment,
-// and the anchor's damage when it has any, so that no rewrite of the row
-// (a seal, a stage of damage) drops a mark already made.
-func anchorMetaOf(p *pendingAnchor) anchorMeta {
-	meta := anchorMeta{ActiveSegno: p.segno, ActiveFirstSeq: p.segFirst}
-	if d := p.a.damaged(); d != nil {
+// anchorMetaOf is the anchor's 'a' row at head: its active segment, and its
+// damage when it has any, so that no rewrite of the row (a seal, a stage of
+// damage) drops a mark already made.
+func anchorMetaOf(a *anchor, head anchorHead) anchorMeta {
+	meta := anchorMeta{ActiveSegno: head.segno, ActiveFirstSeq: head.segFirst}
+	if d := a.damaged(); d != nil {
 		meta.Damage = d.Error()
 		if meta.ActiveSegno == 0 {
 			// No record yet: the row names the segment the first would
-			// open, as markDamaged's does.
+			// open.
 			meta.ActiveSegno, meta.ActiveFirstSeq = 1, 1
 		}
 	}

@@ -136,7 +136,7 @@ func (db *DB) buildGroup(reqs []*request) *group {
 	g.stageDamage()
 	for _, p := range g.order {
 		if p.metaDirty {
-			meta := anchorMetaOf(p)
+			meta := anchorMetaOf(p.a, p.anchorHead)
 			_ = g.batch.Set(anchorKey(p.a.id), meta.encode(g.scratch[:0]), nil)
 			p.stored = true
 		}

@@ -604,13 +604,8 @@ func (db *DB) markDamaged(a *anchor, e *errs.Error) {
 	a.damage = e
 	head := a.anchorHead
 	a.mu.Unlock()
-	meta := anchorMeta{ActiveSegno: head.segno, ActiveFirstSeq: head.segFirst, Damage: e.Error()}
-	if head.segno == 0 {
-		meta.ActiveSegno, meta.ActiveFirstSeq = 1, 1
-	}
 	b := db.index.NewBatch()
-	_ = b.Set(anchorKey(a.id), meta.encode(nil), nil)
-	_ = b.Set(metaKey(metaDamaged), damagedFlag, nil)
+	setDamageRows(b, a, head)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		db.opts.Logger.Errorf("anchordb: record damage of %q: %v", a.id, err)
 	}
