@@ -1,0 +1,373 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/segment"
+)
+
+// mark is the value of the mark row ('w'): the watermark W that the r, l
+// and d rows stand at — every entry's rows are those of its state after
+// the records up to seq W — and the counts by state there.
+type mark struct {
+	w      uint64
+	counts counts
+}
+
+type markJSON struct {
+	V      int        `json:"v"`
+	W      uint64     `json:"w"`
+	Counts countsJSON `json:"counts"`
+}
+
+type countsJSON struct {
+	Pending  int64 `json:"pending"`
+	Inflight int64 `json:"inflight"`
+	Done     int64 `json:"done"`
+	Dead     int64 `json:"dead"`
+	Aborted  int64 `json:"aborted"`
+}
+
+func encodeMark(m mark) []byte {
+	c := m.counts
+	b, _ := marshal(markJSON{V: 1, W: m.w, Counts: countsJSON{c[0], c[1], c[2], c[3], c[4]}})
+	return b
+}
+
+func decodeMark(name string, value []byte, rc engine.Receipt) (mark, error) {
+	var j markJSON
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&j)
+	if err == nil && dec.More() {
+		err = errors.New("data after the mark")
+	}
+	if err == nil && j.V != 1 {
+		err = errors.New("mark version is not 1")
+	}
+	m := mark{w: j.W, counts: counts{j.Counts.Pending, j.Counts.Inflight, j.Counts.Done, j.Counts.Dead, j.Counts.Aborted}}
+	if err == nil && !bytes.Equal(encodeMark(m), value) {
+		err = errors.New("not in the canonical form")
+	}
+	if err == nil && m.w >= rc.Seq {
+		err = errors.New("the watermark is not below the mark's own record")
+	}
+	if err != nil {
+		e := errs.Wrap(errs.CodeIndexMismatch, err, "outbox %q: mark row (seq %d)", name, rc.Seq)
+		e.Anchor, e.Seq = rc.Anchor, rc.Seq
+		return mark{}, e
+	}
+	return m, nil
+}
+
+// load reads the mark and then the anchor's records past it, taking each
+// into memory. When records past the mark are missing (a compaction
+// truncated the log past it), the rows are rebuilt from the entry rows
+// instead (rematerialize).
+func (o *Outbox) load(ctx context.Context) error {
+	v, err := o.db.Get(ctx, o.k.mark())
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+	case err != nil:
+		return err
+	default:
+		if v.Anchor != o.anchor {
+			return errs.New(errs.CodeIndexMismatch, "outbox %q: its mark row was written by anchor %q", o.name, v.Anchor)
+		}
+		m, err := decodeMark(o.name, v.Value, v.Receipt)
+		if err != nil {
+			return err
+		}
+		o.st.mark = m
+		o.st.contig, o.st.maxSeen = m.w, m.w
+		o.st.counts, o.st.contigCounts = m.counts, m.counts
+	}
+	info, _, err := o.db.AnchorInfo(ctx, o.anchor)
+	if err != nil {
+		return err
+	}
+	gap, err := o.readLog(ctx, o.st.contig+1, info.Records)
+	if err != nil {
+		return err
+	}
+	if gap {
+		if o.opts.ReadOnly {
+			return errs.New(errs.CodeDependencyMissing, "outbox %q: records past its watermark (seq %d) were truncated; open it for writing once to rebuild its rows", o.name, o.st.mark.w)
+		}
+		return o.rematerialize(ctx)
+	}
+	o.st.probe = info.Records
+	return nil
+}
+
+// readLog takes the anchor's records from..to into memory. It reports a gap
+// when records in the range are missing (truncated by a compaction).
+func (o *Outbox) readLog(ctx context.Context, from, to uint64) (gap bool, err error) {
+	if to < from {
+		return false, nil
+	}
+	next := from
+	for rec, err := range o.db.Log(ctx, o.anchor, from, to) {
+		if err != nil {
+			return false, err
+		}
+		if rec.Seq != next {
+			gap = true
+		}
+		next = rec.Seq + 1
+		if err := o.takeRecord(&rec); err != nil {
+			return false, err
+		}
+	}
+	return gap || next != to+1, nil
+}
+
+// takeRecord takes one record of the anchor, read from the log, into
+// memory. An entry row that does not decode is an error (INT_004): Verify
+// says more.
+func (o *Outbox) takeRecord(rec *segment.Record) error {
+	id, isEntry := o.k.parseEntryKey(rec.Key)
+	if !isEntry || rec.Type != segment.TypePut {
+		if isEntry && rec.Type == segment.TypeDelete {
+			e := errs.New(errs.CodeIndexMismatch, "outbox %q entry %q: record %d deletes its row: an id is never freed", o.name, id, rec.Seq)
+			e.Anchor, e.Seq = rec.Anchor, rec.Seq
+			return e
+		}
+		o.mu.Lock()
+		o.st.see(rec.Seq, delta{})
+		o.mu.Unlock()
+		return nil
+	}
+	rc := engine.Receipt{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash}
+	d, err := decodeRecord(o.name, id, rec.Value, rc)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	if o.st.see(rec.Seq, delta{from: d.prev.state, to: d.entry.State}) {
+		o.st.apply(id, rec.Seq, &d.entry, d.prev)
+	}
+	o.mu.Unlock()
+	return nil
+}
+
+// flusher flushes in the background: every FlushInterval after an entry
+// changed, and when FlushEntries have.
+func (o *Outbox) flusher(ctx context.Context) {
+	defer close(o.bgDone)
+	var tick <-chan time.Time
+	if o.opts.FlushInterval > 0 {
+		t := time.NewTicker(o.opts.FlushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-tick:
+		case <-o.flushReq:
+		}
+		if err := o.flush(ctx); err != nil && o.opts.Logger != nil && ctx.Err() == nil {
+			o.opts.Logger.Errorf("outbox %q: flush: %v", o.name, err)
+		}
+	}
+}
+
+// Flush writes the index rows of the entries changed since the last flush,
+// with a new mark, in one atomic append. The background flusher calls it
+// on its own; a caller may to make the rows current (a read of the rows —
+// Stats, List, Dead — never needs it: it merges the changes in memory).
+func (o *Outbox) Flush(ctx context.Context) error {
+	if err := o.enter(true); err != nil {
+		return err
+	}
+	defer o.leave()
+	return o.flush(ctx)
+}
+
+// flushed is one entry a flush writes rows for.
+type flushed struct {
+	h   *hotEntry
+	row rowRef // its state's row at the watermark
+}
+
+// flush: see Flush. Records the Outbox has not seen up to the probe (the
+// head at the last flush: records not its own, such as an ingest's) are
+// read from the log first. The rows of each changed entry become those of
+// its state at the watermark W = the last seq up to which every record is
+// seen; an entry changed again after W stays changed. Once the batch is
+// appended, a read that waits for the index to apply everything before it
+// lets the Outbox forget the entries with nothing past W.
+func (o *Outbox) flush(ctx context.Context) error {
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
+	o.mu.Lock()
+	contig, probe := o.st.contig, o.st.probe
+	o.mu.Unlock()
+	if contig < probe {
+		if _, err := o.readLog(ctx, contig+1, probe); err != nil {
+			return err
+		}
+	}
+
+	o.mu.Lock()
+	W := o.st.contig
+	var plan []flushed
+	var entries []engine.Entry
+	for id, h := range o.st.hot {
+		if len(h.vers) == 0 || h.vers[0].seq > W {
+			continue
+		}
+		at := h.vers[0].row
+		for _, v := range h.vers {
+			if v.seq > W {
+				break
+			}
+			at = v.row
+		}
+		plan = append(plan, flushed{h: h, row: at})
+		if sameRow(at, h.rows) {
+			continue
+		}
+		enq := h.cur.EnqueueSeq
+		if c := rowKind(h.rows.state); c != 0 {
+			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypeDelete, Key: o.k.row(c, h.rows.at, enq, id)})
+		}
+		if c := rowKind(at.state); c != 0 {
+			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.row(c, at.at, enq, id), Value: []byte{}})
+		}
+	}
+	if len(plan) == 0 {
+		o.mu.Unlock()
+		return nil
+	}
+	m := mark{w: W, counts: o.st.contigCounts}
+	o.mu.Unlock()
+	entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: encodeMark(m)})
+	rs, err := o.db.AppendBatch(ctx, entries, o.wopts...)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	for _, f := range plan {
+		h := f.h
+		h.rows = f.row
+		i := 0
+		for i < len(h.vers) && h.vers[i].seq <= W {
+			i++
+		}
+		h.vers = h.vers[i:]
+		if len(h.vers) == 0 {
+			o.st.dirty--
+		}
+	}
+	for _, r := range rs {
+		o.st.see(r.Seq, delta{})
+	}
+	o.st.mark = m
+	o.st.rCursor, o.st.lCursor = nil, nil
+	o.st.cursorEpoch++
+	o.mu.Unlock()
+
+	// The barrier: AnchorInfo waits until every append acknowledged before
+	// it began is applied to the index, where GetApplied finds it.
+	info, _, err := o.db.AnchorInfo(ctx, o.anchor)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.st.probe = info.Records
+	for id, h := range o.st.hot {
+		if len(h.vers) == 0 && h.seq <= W && !o.st.reserved[id] {
+			delete(o.st.hot, id)
+		}
+	}
+	o.st.ready, o.st.leases = o.st.ready[:0], o.st.leases[:0]
+	for id, h := range o.st.hot {
+		o.st.pushItem(id, h)
+	}
+	o.mu.Unlock()
+	return nil
+}
+
+// sameRow reports whether two states have the same index row.
+func sameRow(a, b rowRef) bool {
+	ka, kb := rowKind(a.state), rowKind(b.state)
+	return ka == kb && (ka == 0 || a.at == b.at)
+}
+
+// rematerialize rebuilds the index rows from the entry rows: the rows every
+// entry's latest state implies are compared with the rows there are, the
+// difference written in batches, and then a mark at the head. It runs at
+// Open, before anything else touches the outbox, when the log past the mark
+// cannot be read whole; a crash midway leaves the old mark, so the next
+// Open runs it again, and it only ever writes what differs.
+func (o *Outbox) rematerialize(ctx context.Context) error {
+	info, _, err := o.db.AnchorInfo(ctx, o.anchor)
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	var c counts
+	for v, err := range o.db.ScanRange(ctx, o.k.kind(kindEntry), o.k.kindEnd(kindEntry)) {
+		if err != nil {
+			return err
+		}
+		id, _ := o.k.parseEntryKey(v.Key)
+		d, err := decodeRecord(o.name, id, v.Value, v.Receipt)
+		if err != nil {
+			return err
+		}
+		e := &d.entry
+		c[e.State-1]++
+		if k := rowKind(e.State); k != 0 {
+			want[string(o.k.row(k, e.rowTime(), e.EnqueueSeq, id))] = true
+		}
+	}
+	var batch []engine.Entry
+	put := func(e engine.Entry) error {
+		batch = append(batch, e)
+		if len(batch) < 4096 {
+			return nil
+		}
+		_, err := o.db.AppendBatch(ctx, batch, o.wopts...)
+		batch = batch[:0]
+		return err
+	}
+	for _, kind := range []byte{kindDead, kindLease, kindReady} {
+		for v, err := range o.db.ScanRange(ctx, o.k.kind(kind), o.k.kindEnd(kind)) {
+			if err != nil {
+				return err
+			}
+			if want[string(v.Key)] {
+				delete(want, string(v.Key))
+				continue
+			}
+			if err := put(engine.Entry{Anchor: o.anchor, Type: segment.TypeDelete, Key: append([]byte(nil), v.Key...)}); err != nil {
+				return err
+			}
+		}
+	}
+	for k := range want {
+		if err := put(engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: []byte(k), Value: []byte{}}); err != nil {
+			return err
+		}
+	}
+	m := mark{w: info.Records, counts: c}
+	batch = append(batch, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: encodeMark(m)})
+	rs, err := o.db.AppendBatch(ctx, batch, o.wopts...)
+	if err != nil {
+		return err
+	}
+	last := rs[len(rs)-1].Seq
+	o.st = state{hot: map[string]*hotEntry{}, reserved: map[string]bool{}, ahead: map[uint64]delta{},
+		counts: c, contigCounts: c, mark: m, contig: last, maxSeen: last, probe: last}
+	return nil
+}
