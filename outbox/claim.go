@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"time"
@@ -68,18 +69,17 @@ func (o *Outbox) Claim(ctx context.Context, worker string, n int, ttl time.Durat
 	o.locks.unlockAll(held)
 	o.mu.Lock()
 	for _, id := range held {
-		delete(o.st.reserved, id)
-	}
-	if err != nil {
-		// The candidates not claimed are still where they were: look for
-		// them again from the start.
-		o.st.rCursor, o.st.lCursor = nil, nil
-		o.st.cursorEpoch++
-		for _, id := range held {
+		if err != nil {
+			// Not claimed: the candidates are where they were.
+			if r, ok := o.st.reservedRows[id]; ok {
+				o.st.rewind(r.kind, r.key)
+			}
 			if h := o.st.hot[id]; h != nil {
 				o.st.pushItem(id, h)
 			}
 		}
+		delete(o.st.reserved, id)
+		delete(o.st.reservedRows, id)
 	}
 	o.mu.Unlock()
 	return out, err
@@ -147,7 +147,7 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
 	o.mu.Lock()
-	rCur, lCur, epoch := o.st.rCursor, o.st.lCursor, o.st.cursorEpoch
+	rCur, lCur, epoch := o.st.from[0], o.st.from[1], o.st.cursorEpoch
 	o.mu.Unlock()
 	rRows, err := o.scanRows(ctx, kindReady, rCur, now, n)
 	if err != nil {
@@ -177,6 +177,10 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 		if len(ids) < n && !taken[c.id] {
 			taken[c.id] = true
 			ids = append(ids, c.id)
+			o.st.reserved[c.id] = true
+			if !c.heap {
+				o.st.reservedRows[c.id] = rowKey{kind: c.kind, key: c.key}
+			}
 			continue
 		}
 		if c.heap && !taken[c.id] {
@@ -184,24 +188,24 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 		}
 	}
 	if o.st.cursorEpoch == epoch {
-		o.st.rCursor = advanceCursor(rRows, taken, rCur)
-		o.st.lCursor = advanceCursor(lRows, taken, lCur)
-	}
-	for _, id := range ids {
-		o.st.reserved[id] = true
+		o.st.from[0] = advanceFrom(rRows, taken, rCur)
+		o.st.from[1] = advanceFrom(lRows, taken, lCur)
 	}
 	return ids, nil
 }
 
-// scanRows reads the rows of kind due at now after cursor, until n valid
-// ones (validRow) are found or none is left. The caller checks validity
-// again under o.mu.
-func (o *Outbox) scanRows(ctx context.Context, kind byte, cursor []byte, now int64, n int) ([]*cand, error) {
+// scanRows reads the rows of kind due at now from key from on (nil: the
+// first), until n valid ones (validRow) are found or none is left. The
+// caller checks validity again under o.mu.
+func (o *Outbox) scanRows(ctx context.Context, kind byte, from []byte, now int64, n int) ([]*cand, error) {
 	lower := o.k.kind(kind)
-	if cursor != nil {
-		lower = append(append([]byte(nil), cursor...), 0)
+	if from != nil {
+		lower = from
 	}
 	upper := o.k.rowsUpTo(kind, now)
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil, nil
+	}
 	var out []*cand
 	valid := 0
 	for v, err := range o.db.ScanRange(ctx, lower, upper) {
@@ -274,15 +278,17 @@ func (o *Outbox) pushBack(it item, kind byte) {
 	}
 }
 
-// advanceCursor moves a scan's cursor past the rows read up to the first
-// valid candidate not taken: the rows before it were claimed now, or are
-// stale or reserved (a claim that fails resets the cursors).
-func advanceCursor(rows []*cand, taken map[string]bool, cur []byte) []byte {
+// advanceFrom moves a scan's start to the first row read that is a valid
+// candidate not taken, or past the last row read: the rows before it were
+// taken now, or are of entries changed since (in memory) or reserved.
+func advanceFrom(rows []*cand, taken map[string]bool, from []byte) []byte {
 	for _, c := range rows {
 		if c.valid && !taken[c.id] {
-			break
+			return c.key
 		}
-		cur = c.key
 	}
-	return cur
+	if len(rows) > 0 {
+		return append(append([]byte(nil), rows[len(rows)-1].key...), 0)
+	}
+	return from
 }

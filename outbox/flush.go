@@ -18,12 +18,19 @@ import (
 type mark struct {
 	w      uint64
 	counts counts
+	// from are the claims' scan starts of the r and l rows (state.from)
+	// when the mark was written, or before: every live row at W of those
+	// kinds is at or after them. nil: the kind's first key.
+	from [2][]byte
 }
 
 type markJSON struct {
 	V      int        `json:"v"`
 	W      uint64     `json:"w"`
 	Counts countsJSON `json:"counts"`
+	// RFrom and LFrom are from[0] and from[1] after the kind's prefix.
+	RFrom *bytesJSON `json:"r_from"`
+	LFrom *bytesJSON `json:"l_from"`
 }
 
 type countsJSON struct {
@@ -34,13 +41,23 @@ type countsJSON struct {
 	Aborted  int64 `json:"aborted"`
 }
 
-func encodeMark(m mark) []byte {
+func (k keys) encodeMark(m mark) []byte {
 	c := m.counts
-	b, _ := marshal(markJSON{V: 1, W: m.w, Counts: countsJSON{c[0], c[1], c[2], c[3], c[4]}})
+	j := markJSON{V: 1, W: m.w, Counts: countsJSON{c[0], c[1], c[2], c[3], c[4]}}
+	n := len(k.prefix) + 1
+	if f := m.from[0]; f != nil {
+		b := bytesJSON(f[n:])
+		j.RFrom = &b
+	}
+	if f := m.from[1]; f != nil {
+		b := bytesJSON(f[n:])
+		j.LFrom = &b
+	}
+	b, _ := marshal(j)
 	return b
 }
 
-func decodeMark(name string, value []byte, rc engine.Receipt) (mark, error) {
+func (k keys) decodeMark(name string, value []byte, rc engine.Receipt) (mark, error) {
 	var j markJSON
 	dec := json.NewDecoder(bytes.NewReader(value))
 	dec.DisallowUnknownFields()
@@ -52,7 +69,13 @@ func decodeMark(name string, value []byte, rc engine.Receipt) (mark, error) {
 		err = errors.New("mark version is not 1")
 	}
 	m := mark{w: j.W, counts: counts{j.Counts.Pending, j.Counts.Inflight, j.Counts.Done, j.Counts.Dead, j.Counts.Aborted}}
-	if err == nil && !bytes.Equal(encodeMark(m), value) {
+	if j.RFrom != nil {
+		m.from[0] = append(k.kind(kindReady), *j.RFrom...)
+	}
+	if j.LFrom != nil {
+		m.from[1] = append(k.kind(kindLease), *j.LFrom...)
+	}
+	if err == nil && !bytes.Equal(k.encodeMark(m), value) {
 		err = errors.New("not in the canonical form")
 	}
 	if err == nil && m.w >= rc.Seq {
@@ -80,11 +103,12 @@ func (o *Outbox) load(ctx context.Context) error {
 		if v.Anchor != o.anchor {
 			return errs.New(errs.CodeIndexMismatch, "outbox %q: its mark row was written by anchor %q", o.name, v.Anchor)
 		}
-		m, err := decodeMark(o.name, v.Value, v.Receipt)
+		m, err := o.k.decodeMark(o.name, v.Value, v.Receipt)
 		if err != nil {
 			return err
 		}
 		o.st.mark = m
+		o.st.from = m.from
 		o.st.contig, o.st.maxSeen = m.w, m.w
 		o.st.counts, o.st.contigCounts = m.counts, m.counts
 	}
@@ -195,6 +219,7 @@ func (o *Outbox) Flush(ctx context.Context) error {
 // flushed is one entry a flush writes rows for.
 type flushed struct {
 	h   *hotEntry
+	id  string
 	row rowRef // its state's row at the watermark
 }
 
@@ -221,18 +246,32 @@ func (o *Outbox) flush(ctx context.Context) error {
 	W := o.st.contig
 	var plan []flushed
 	var entries []engine.Entry
-	for id, h := range o.st.hot {
-		if len(h.vers) == 0 || h.vers[0].seq > W {
-			continue
+	// The mark's scan starts: the claims' own, or the row at W of an entry
+	// in memory or reserved, whichever is first.
+	from := o.st.from
+	lower := func(kind byte, key []byte) {
+		if i := fromIdx(kind); from[i] != nil && bytes.Compare(key, from[i]) < 0 {
+			from[i] = key
 		}
-		at := h.vers[0].row
+	}
+	for _, r := range o.st.reservedRows {
+		lower(r.kind, r.key)
+	}
+	for id, h := range o.st.hot {
+		at := h.rows
 		for _, v := range h.vers {
 			if v.seq > W {
 				break
 			}
 			at = v.row
 		}
-		plan = append(plan, flushed{h: h, row: at})
+		if c := rowKind(at.state); c == kindReady || c == kindLease {
+			lower(c, o.k.row(c, at.at, h.cur.EnqueueSeq, id))
+		}
+		if len(h.vers) == 0 || h.vers[0].seq > W {
+			continue
+		}
+		plan = append(plan, flushed{h: h, id: id, row: at})
 		if sameRow(at, h.rows) {
 			continue
 		}
@@ -248,9 +287,9 @@ func (o *Outbox) flush(ctx context.Context) error {
 		o.mu.Unlock()
 		return nil
 	}
-	m := mark{w: W, counts: o.st.contigCounts}
+	m := mark{w: W, counts: o.st.contigCounts, from: from}
 	o.mu.Unlock()
-	entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: encodeMark(m)})
+	entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: o.k.encodeMark(m)})
 	rs, err := o.db.AppendBatch(ctx, entries, o.wopts...)
 	if err != nil {
 		return err
@@ -259,6 +298,10 @@ func (o *Outbox) flush(ctx context.Context) error {
 	for _, f := range plan {
 		h := f.h
 		h.rows = f.row
+		// Its row may be live again behind the claims' scans.
+		if c := rowKind(f.row.state); c == kindReady || c == kindLease {
+			o.st.rewind(c, o.k.row(c, f.row.at, h.cur.EnqueueSeq, f.id))
+		}
 		i := 0
 		for i < len(h.vers) && h.vers[i].seq <= W {
 			i++
@@ -272,8 +315,6 @@ func (o *Outbox) flush(ctx context.Context) error {
 		o.st.see(r.Seq, delta{})
 	}
 	o.st.mark = m
-	o.st.rCursor, o.st.lCursor = nil, nil
-	o.st.cursorEpoch++
 	o.mu.Unlock()
 
 	// The barrier: AnchorInfo waits until every append acknowledged before
@@ -361,13 +402,13 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 		}
 	}
 	m := mark{w: info.Records, counts: c}
-	batch = append(batch, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: encodeMark(m)})
+	batch = append(batch, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: o.k.encodeMark(m)})
 	rs, err := o.db.AppendBatch(ctx, batch, o.wopts...)
 	if err != nil {
 		return err
 	}
 	last := rs[len(rs)-1].Seq
-	o.st = state{hot: map[string]*hotEntry{}, reserved: map[string]bool{}, ahead: map[uint64]delta{},
+	o.st = state{hot: map[string]*hotEntry{}, reserved: map[string]bool{}, reservedRows: map[string]rowKey{}, ahead: map[uint64]delta{},
 		counts: c, contigCounts: c, mark: m, contig: last, maxSeen: last, probe: last}
 	return nil
 }

@@ -26,7 +26,12 @@ import (
 // down, an id is never freed, and what a reopen rebuilds from the log is
 // what was live.
 
-var modelPolicy = Policy{Version: "v1", MaxAttempts: 3, Backoff: Backoff{BaseMS: 1000, Multiplier: 2, CapMS: 4000}, Jitter: 0.5}
+// The model's retry policies: one with backoff and jitter, and one that
+// retries at once, so that an entry comes back to the very row it left.
+var modelPolicies = []Policy{
+	{Version: "v1", MaxAttempts: 3, Backoff: Backoff{BaseMS: 1000, Multiplier: 2, CapMS: 4000}, Jitter: 0.5},
+	{Version: "v1", MaxAttempts: 3, Backoff: Backoff{BaseMS: 0, Multiplier: 1, CapMS: 0}},
+}
 
 type mEntry struct {
 	state      State
@@ -43,6 +48,7 @@ type mEntry struct {
 }
 
 type outboxMachine struct {
+	policy Policy
 	ctx    context.Context
 	mem    *vfs.MemFS
 	db     *engine.DB
@@ -72,7 +78,7 @@ func (mm *outboxMachine) open(t *rapid.T) {
 	if err != nil {
 		mm.fail(t, "open db: %v", err)
 	}
-	ob, err := Open(mm.ctx, db, "billing", Options{Clock: mm.clk.Now, Policy: modelPolicy, FlushInterval: -1, FlushEntries: 1 << 30})
+	ob, err := Open(mm.ctx, db, "billing", Options{Clock: mm.clk.Now, Policy: mm.policy, FlushInterval: -1, FlushEntries: 1 << 30})
 	if err != nil {
 		mm.fail(t, "open outbox: %v", err)
 	}
@@ -174,7 +180,7 @@ func (mm *outboxMachine) Claim(t *rapid.T) {
 	var want []string
 	for _, id := range due[:min(n, len(due))] {
 		me := mm.m[id]
-		if me.state == StateInflight && me.attempts >= int(modelPolicy.MaxAttempts) {
+		if me.state == StateInflight && me.attempts >= int(mm.policy.MaxAttempts) {
 			me.state = StateDead
 			continue
 		}
@@ -251,10 +257,10 @@ func (mm *outboxMachine) Fail(t *rapid.T) {
 		mm.fail(t, "fail: %v", err)
 	}
 	now := mm.clk.Now()
-	if permanent || me.attempts >= int(modelPolicy.MaxAttempts) {
+	if permanent || me.attempts >= int(mm.policy.MaxAttempts) {
 		me.state = StateDead
 	} else {
-		me.state, me.next = StatePending, now.Add(modelPolicy.Delay(l.ID, me.attempts))
+		me.state, me.next = StatePending, now.Add(mm.policy.Delay(l.ID, me.attempts))
 	}
 	if got.State != me.state || (me.state == StatePending && !got.NextAttemptAt.Equal(me.next)) || got.LastError == nil || got.LastError.Permanent != permanent {
 		mm.fail(t, "fail: %+v, want %s at %v", got, me.state, me.next)
@@ -431,7 +437,8 @@ func (mm *outboxMachine) Check(t *rapid.T) {
 
 func TestStateMachine(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		mm := &outboxMachine{ctx: context.Background(), mem: vfs.NewCrashableMem(), clk: newClock(),
+		mm := &outboxMachine{policy: rapid.SampledFrom(modelPolicies).Draw(t, "policy"),
+			ctx: context.Background(), mem: vfs.NewCrashableMem(), clk: newClock(),
 			m: map[string]*mEntry{}, maxAtt: map[string]int{}}
 		mm.open(t)
 		defer mm.close()

@@ -99,6 +99,82 @@ func (o *Outbox) Enqueue(ctx context.Context, m Message) (Entry, error) {
 	return e.clone(), nil
 }
 
+// MaxEnqueueBatch bounds the messages of one EnqueueBatch.
+const MaxEnqueueBatch = 10000
+
+// EnqueueBatch enqueues many messages in one atomic append: each as Enqueue
+// would, with the new ones written together. A retry of a message the
+// outbox holds comes back with Duplicate set, as from Enqueue; a message
+// Enqueue would refuse (STATE_002) refuses the whole batch, and nothing is
+// written. Two messages with one id, or more than MaxEnqueueBatch, are
+// INPUT_001. Entries come back in the messages' order.
+func (o *Outbox) EnqueueBatch(ctx context.Context, ms []Message) ([]Entry, error) {
+	if len(ms) > MaxEnqueueBatch {
+		return nil, errs.New(errs.CodeInvalidInput, "a batch of %d messages is over the limit of %d", len(ms), MaxEnqueueBatch)
+	}
+	seen := make(map[string]bool, len(ms))
+	for i := range ms {
+		if err := o.checkMessage(&ms[i]); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		if seen[ms[i].ID] {
+			return nil, errs.New(errs.CodeInvalidInput, "message %d: id %q appears twice in the batch", i, ms[i].ID)
+		}
+		seen[ms[i].ID] = true
+	}
+	if err := o.enter(true); err != nil {
+		return nil, err
+	}
+	defer o.leave()
+	ids := make([]string, len(ms))
+	for i := range ms {
+		ids[i] = ms[i].ID
+	}
+	held := o.locks.lockAll(ids)
+	defer o.locks.unlockAll(held)
+	out := make([]Entry, len(ms))
+	var ws []write
+	var fresh []int
+	now := o.now()
+	for i := range ms {
+		m := &ms[i]
+		fp := Fingerprint(m.Payload, m.Destination, m.Headers)
+		cur, found, err := o.lookup(ctx, m.ID)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			if cur.Fingerprint != fp {
+				return nil, fingerprintErr(cur, fp)
+			}
+			if cur.State == StateDead || cur.State == StateAborted {
+				return nil, stateErr(cur, "it is never retried by itself (requeue it under a new id)")
+			}
+			out[i] = cur.clone()
+			out[i].Duplicate = true
+			continue
+		}
+		next := now
+		if m.NotBefore.After(now) {
+			next = m.NotBefore
+		}
+		e := &Entry{Outbox: o.name, ID: m.ID, State: StatePending, Payload: append([]byte{}, m.Payload...),
+			PayloadSize: len(m.Payload), Destination: m.Destination, Headers: copyHeaders(m.Headers),
+			Fingerprint: fp, EnqueuedAt: now, NextAttemptAt: next}
+		ws = append(ws, write{id: m.ID, e: e, t: transition{op: opEnqueue, at: now}})
+		fresh = append(fresh, i)
+	}
+	if len(ws) > 0 {
+		if err := o.commit(ctx, ws); err != nil {
+			return nil, err
+		}
+	}
+	for j, i := range fresh {
+		out[i] = ws[j].e.clone()
+	}
+	return out, nil
+}
+
 func copyHeaders(h map[string]string) map[string]string {
 	if len(h) == 0 {
 		return nil

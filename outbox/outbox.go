@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -93,12 +94,20 @@ type state struct {
 	ready    itemHeap
 	leases   itemHeap
 	reserved map[string]bool // ids a claim has selected and not finished
+	// reservedRows holds the row a reserved id was selected by, if any.
+	reservedRows map[string]rowKey
 
-	// Claims resume their scans of the r and l rows after these keys;
-	// a flush (which writes rows) or a failed claim resets them, and
-	// cursorEpoch counts the resets.
-	rCursor, lCursor []byte
-	cursorEpoch      uint64
+	// from[0] and from[1] are where claims scan the r and l rows from
+	// (nil: the kind's first key). Every live row before them is of an
+	// entry in hot or reserved: the rows of entries that left a state by
+	// claims and transitions stay behind as deleted keys (the engine keeps
+	// every version), and scanning them again from the start would cost
+	// the outbox's whole history. What can make a row before them live and
+	// claimable again rewinds them: a flush, to the rows it leaves for the
+	// entries it flushed; a claim that fails, to its candidates' rows. The
+	// mark persists them. cursorEpoch counts the rewinds.
+	from        [2][]byte
+	cursorEpoch uint64
 
 	counts counts // every record seen
 	mark   mark   // what the rows stand at
@@ -127,6 +136,41 @@ type hotEntry struct {
 type ver struct {
 	seq uint64
 	row rowRef
+}
+
+// rowKey is an index row of kind r or l.
+type rowKey struct {
+	kind byte
+	key  []byte
+}
+
+// fromIdx is the index in state.from of the rows of kind.
+func fromIdx(kind byte) int {
+	if kind == kindReady {
+		return 0
+	}
+	return 1
+}
+
+// rewind moves the scan start of kind's rows back to key, if it is past it.
+func (st *state) rewind(kind byte, key []byte) {
+	i := fromIdx(kind)
+	if st.from[i] != nil && bytes.Compare(key, st.from[i]) < 0 {
+		st.from[i] = key
+		st.cursorEpoch++
+	}
+}
+
+// scanFrom is where a read of every live row of kind starts: the claims'
+// start, or a reserved entry's row before it.
+func (st *state) scanFrom(kind byte) []byte {
+	f := st.from[fromIdx(kind)]
+	for _, r := range st.reservedRows {
+		if f != nil && r.kind == kind && bytes.Compare(r.key, f) < 0 {
+			f = r.key
+		}
+	}
+	return f
 }
 
 // delta is the change a record makes to the counts: from one state to
@@ -214,6 +258,7 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 	}
 	o.st.hot = map[string]*hotEntry{}
 	o.st.reserved = map[string]bool{}
+	o.st.reservedRows = map[string]rowKey{}
 	o.st.ahead = map[uint64]delta{}
 	if err := o.load(ctx); err != nil {
 		registry.Lock()

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"sort"
 	"time"
@@ -91,6 +92,13 @@ func (o *Outbox) listByRows(ctx context.Context, s State, limit int) ([]Entry, e
 	// skipped, even if a flush writes them meanwhile.
 	var mem []keyed
 	o.mu.Lock()
+	kind := rowKind(s)
+	lower := o.k.kind(kind)
+	if kind != kindDead {
+		if f := o.st.scanFrom(kind); f != nil {
+			lower = f
+		}
+	}
 	inMem := make(map[string]bool, len(o.st.hot))
 	for id, h := range o.st.hot {
 		inMem[id] = true
@@ -111,8 +119,7 @@ func (o *Outbox) listByRows(ctx context.Context, s State, limit int) ([]Entry, e
 	sort.Slice(mem, func(i, j int) bool { return less(&mem[i], &mem[j]) })
 	var out []Entry
 	full := func() bool { return limit > 0 && len(out) >= limit }
-	kind := rowKind(s)
-	for v, err := range o.db.ScanRange(ctx, o.k.kind(kind), o.k.kindEnd(kind)) {
+	for v, err := range o.db.ScanRange(ctx, lower, o.k.kindEnd(kind)) {
 		if err != nil {
 			return nil, err
 		}
@@ -269,6 +276,7 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	var hotPending, hotDead int64 = -1, -1
 	o.mu.Lock()
 	c := o.st.counts
+	rFrom, lFrom := o.st.scanFrom(kindReady), o.st.scanFrom(kindLease)
 	s.Watermark, s.Unflushed = o.st.mark.w, o.st.dirty
 	inMem := make(map[string]bool, len(o.st.hot))
 	for id, h := range o.st.hot {
@@ -294,8 +302,11 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	s.InflightLeases = s.Inflight
 
 	// From the rows of the entries not in memory then.
-	first := func(kind byte) (int64, bool, error) {
-		for v, err := range o.db.ScanRange(ctx, o.k.kind(kind), o.k.kindEnd(kind)) {
+	first := func(kind byte, from []byte) (int64, bool, error) {
+		if from == nil {
+			from = o.k.kind(kind)
+		}
+		for v, err := range o.db.ScanRange(ctx, from, o.k.kindEnd(kind)) {
 			if err != nil {
 				return 0, false, err
 			}
@@ -314,17 +325,24 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 		}
 		return nowNs
 	}
-	at, ok, err := first(kindReady)
+	at, ok, err := first(kindReady, rFrom)
 	if err != nil {
 		return s, err
 	}
 	s.OldestPendingAge = max(0, time.Duration(nowNs-oldest(at, ok, hotPending)))
-	at, ok, err = first(kindDead)
+	at, ok, err = first(kindDead, nil)
 	if err != nil {
 		return s, err
 	}
 	s.OldestDeadAge = max(0, time.Duration(nowNs-oldest(at, ok, hotDead)))
-	for v, err := range o.db.ScanRange(ctx, o.k.kind(kindLease), o.k.rowsUpTo(kindLease, nowNs)) {
+	if lFrom == nil {
+		lFrom = o.k.kind(kindLease)
+	}
+	upper := o.k.rowsUpTo(kindLease, nowNs)
+	if bytes.Compare(lFrom, upper) >= 0 {
+		return s, nil
+	}
+	for v, err := range o.db.ScanRange(ctx, lFrom, upper) {
 		if err != nil {
 			return s, err
 		}

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,7 +115,7 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 	if v, err := db.Get(ctx, k.mark()); err == nil {
 		if v.Anchor != anchor {
 			add(errs.CodeIndexMismatch, "", v.Seq, "the mark row was written by anchor %q", v.Anchor)
-		} else if m, err = decodeMark(name, v.Value, v.Receipt); err != nil {
+		} else if m, err = k.decodeMark(name, v.Value, v.Receipt); err != nil {
 			add(errs.CodeIndexMismatch, "", v.Seq, "%s", errs.Message(err))
 		} else {
 			haveMark = true
@@ -250,6 +251,12 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 		}
 		if expected[string(v.Key)] {
 			delete(expected, string(v.Key))
+			if c != kindDead {
+				if f := m.from[fromIdx(c)]; f != nil && bytes.Compare(v.Key, f) < 0 {
+					_, _, id, _ := k.parseRow(c, v.Key)
+					add(errs.CodeIndexMismatch, id, v.Seq, "row %q is before where the mark says claims scan from (%q): no claim would find it", v.Key, f)
+				}
+			}
 			continue
 		}
 		_, _, id, _ := k.parseRow(c, v.Key)
