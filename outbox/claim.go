@@ -16,6 +16,7 @@ type cand struct {
 	enqSeq uint64
 	id     string
 	key    []byte // the row, for a candidate found in the rows
+	val    []byte // and its value: the entry's record
 	kind   byte   // kindReady or kindLease
 	heap   bool
 	valid  bool // a row candidate still names a claimable entry
@@ -60,12 +61,12 @@ func (o *Outbox) Claim(ctx context.Context, worker string, n int, ttl time.Durat
 	}
 	defer o.leave()
 	now := o.now()
-	ids, err := o.selectCands(ctx, n, now.UnixNano())
+	ids, rows, err := o.selectCands(ctx, n, now.UnixNano())
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
 	held := o.locks.lockAll(ids)
-	out, err := o.claimHeld(ctx, held, worker, now, ttl)
+	out, err := o.claimHeld(ctx, held, rows, worker, now, ttl)
 	o.locks.unlockAll(held)
 	o.mu.Lock()
 	for _, id := range held {
@@ -86,11 +87,25 @@ func (o *Outbox) Claim(ctx context.Context, worker string, n int, ttl time.Durat
 }
 
 // claimHeld claims the entries ids, whose locks the caller holds, that are
-// still claimable at now.
-func (o *Outbox) claimHeld(ctx context.Context, ids []string, worker string, now time.Time, ttl time.Duration) ([]Entry, error) {
+// still claimable at now. An entry selected by its row and not in memory
+// is the row's: reserved, it would be in memory had anything changed it.
+func (o *Outbox) claimHeld(ctx context.Context, ids []string, rows map[string]*cand, worker string, now time.Time, ttl time.Duration) ([]Entry, error) {
 	var ws []write
 	for _, id := range ids {
-		cur, found, err := o.lookup(ctx, id)
+		var cur *Entry
+		found := true
+		var err error
+		o.mu.Lock()
+		h := o.st.hot[id]
+		o.mu.Unlock()
+		switch c := rows[id]; {
+		case h != nil:
+			cur = h.cur
+		case c != nil:
+			cur, err = o.decodeRow(c.kind, c.key, c.val)
+		default:
+			cur, found, err = o.lookup(ctx, id)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -142,8 +157,8 @@ func (o *Outbox) claimHeld(ctx context.Context, ids []string, worker string, now
 }
 
 // selectCands picks up to n candidates due at now and reserves them, so
-// that concurrent claims pick others.
-func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, error) {
+// that concurrent claims pick others. rows holds those taken from rows.
+func (o *Outbox) selectCands(ctx context.Context, n int, now int64) (ids []string, rows map[string]*cand, err error) {
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
 	o.mu.Lock()
@@ -151,11 +166,11 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 	o.mu.Unlock()
 	rRows, err := o.scanRows(ctx, kindReady, rCur, now, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lRows, err := o.scanRows(ctx, kindLease, lCur, now, n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	o.mu.Lock()
@@ -172,7 +187,7 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 	all = append(all, o.popDue(&o.st.leases, StateInflight, now, n)...)
 	sort.Slice(all, func(i, j int) bool { return candLess(all[i], all[j]) })
 	taken := map[string]bool{}
-	var ids []string
+	rows = map[string]*cand{}
 	for _, c := range all {
 		if len(ids) < n && !taken[c.id] {
 			taken[c.id] = true
@@ -180,6 +195,7 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 			o.st.reserved[c.id] = true
 			if !c.heap {
 				o.st.reservedRows[c.id] = rowKey{kind: c.kind, key: c.key}
+				rows[c.id] = c
 			}
 			continue
 		}
@@ -191,7 +207,7 @@ func (o *Outbox) selectCands(ctx context.Context, n int, now int64) ([]string, e
 		o.st.from[0] = advanceFrom(rRows, taken, rCur)
 		o.st.from[1] = advanceFrom(lRows, taken, lCur)
 	}
-	return ids, nil
+	return ids, rows, nil
 }
 
 // scanRows reads the rows of kind due at now from key from on (nil: the
@@ -216,7 +232,7 @@ func (o *Outbox) scanRows(ctx context.Context, kind byte, from []byte, now int64
 		if !ok {
 			continue
 		}
-		c := &cand{at: at, enqSeq: enq, id: id, key: append([]byte(nil), v.Key...), kind: kind}
+		c := &cand{at: at, enqSeq: enq, id: id, key: append([]byte(nil), v.Key...), val: append([]byte(nil), v.Value...), kind: kind}
 		out = append(out, c)
 		o.mu.Lock()
 		if o.validRow(c) {
@@ -261,8 +277,7 @@ func (o *Outbox) popDue(h *itemHeap, want State, now int64, n int) []*cand {
 	var out []*cand
 	for len(*h) > 0 && len(out) < n && h.top().at <= now {
 		it := h.pop()
-		e := o.st.hot[it.id]
-		if e == nil || e.seq != it.seq || e.cur.State != want || o.st.reserved[it.id] {
+		if !o.st.validItem(&it, want) || o.st.reserved[it.id] {
 			continue
 		}
 		out = append(out, &cand{at: it.at, enqSeq: it.enqSeq, id: it.id, kind: kind, heap: true, it: it})

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"time"
@@ -175,10 +176,43 @@ func (o *Outbox) takeRecord(rec *segment.Record) error {
 	}
 	o.mu.Lock()
 	if o.st.see(rec.Seq, delta{from: d.prev.state, to: d.entry.State}) {
-		o.st.apply(id, rec.Seq, &d.entry, d.prev)
+		o.st.apply(id, rc, rec.Value, &d.entry, d.prev)
 	}
 	o.mu.Unlock()
 	return nil
+}
+
+// The value of an r, l or d row is the entry's record at the watermark:
+// its receipt (seq and counter, 8 bytes each, big-endian; its hash) and
+// then the record's value, so that a claim or a listing reads the entry
+// with the row.
+const rowValueHeader = 8 + 8 + segment.HashSize
+
+func rowValue(rc engine.Receipt, val []byte) []byte {
+	b := make([]byte, 0, rowValueHeader+len(val))
+	b = binary.BigEndian.AppendUint64(b, rc.Seq)
+	b = binary.BigEndian.AppendUint64(b, rc.Counter)
+	b = append(b, rc.Hash[:]...)
+	return append(b, val...)
+}
+
+// decodeRow returns the entry a row of kind c holds.
+func (o *Outbox) decodeRow(c byte, key, value []byte) (*Entry, error) {
+	return decodeRowEntry(o.k, o.name, c, key, value)
+}
+
+func decodeRowEntry(k keys, name string, c byte, key, value []byte) (*Entry, error) {
+	_, _, id, ok := k.parseRow(c, key)
+	if !ok || len(value) < rowValueHeader {
+		return nil, errs.New(errs.CodeIndexMismatch, "outbox %q: row %q is not an outbox row", name, key)
+	}
+	rc := engine.Receipt{Anchor: AnchorPrefix + name, Seq: binary.BigEndian.Uint64(value), Counter: binary.BigEndian.Uint64(value[8:])}
+	copy(rc.Hash[:], value[16:rowValueHeader])
+	d, err := decodeTrusted(name, id, value[rowValueHeader:], rc)
+	if err != nil {
+		return nil, err
+	}
+	return &d.entry, nil
 }
 
 // flusher flushes in the background: every FlushInterval after an entry
@@ -259,28 +293,28 @@ func (o *Outbox) flush(ctx context.Context) error {
 	}
 	for id, h := range o.st.hot {
 		at := h.rows
-		for _, v := range h.vers {
-			if v.seq > W {
+		var target *ver
+		for i := range h.vers {
+			if h.vers[i].seq > W {
 				break
 			}
-			at = v.row
+			target = &h.vers[i]
+			at = target.row
 		}
 		if c := rowKind(at.state); c == kindReady || c == kindLease {
 			lower(c, o.k.row(c, at.at, h.cur.EnqueueSeq, id))
 		}
-		if len(h.vers) == 0 || h.vers[0].seq > W {
+		if target == nil {
 			continue
 		}
 		plan = append(plan, flushed{h: h, id: id, row: at})
-		if sameRow(at, h.rows) {
-			continue
-		}
 		enq := h.cur.EnqueueSeq
-		if c := rowKind(h.rows.state); c != 0 {
+		if c := rowKind(h.rows.state); c != 0 && !sameRow(at, h.rows) {
 			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypeDelete, Key: o.k.row(c, h.rows.at, enq, id)})
 		}
+		// The row's value is the record: put even a row whose key stays.
 		if c := rowKind(at.state); c != 0 {
-			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.row(c, at.at, enq, id), Value: []byte{}})
+			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.row(c, at.at, enq, id), Value: rowValue(target.rc, target.val)})
 		}
 	}
 	if len(plan) == 0 {
@@ -330,7 +364,7 @@ func (o *Outbox) flush(ctx context.Context) error {
 			delete(o.st.hot, id)
 		}
 	}
-	o.st.ready, o.st.leases = o.st.ready[:0], o.st.leases[:0]
+	o.st.ready, o.st.leases, o.st.dead = o.st.ready[:0], o.st.leases[:0], o.st.dead[:0]
 	for id, h := range o.st.hot {
 		o.st.pushItem(id, h)
 	}
@@ -355,7 +389,7 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := map[string]bool{}
+	want := map[string][]byte{}
 	var c counts
 	for v, err := range o.db.ScanRange(ctx, o.k.kind(kindEntry), o.k.kindEnd(kindEntry)) {
 		if err != nil {
@@ -369,7 +403,7 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 		e := &d.entry
 		c[e.State-1]++
 		if k := rowKind(e.State); k != 0 {
-			want[string(o.k.row(k, e.rowTime(), e.EnqueueSeq, id))] = true
+			want[string(o.k.row(k, e.rowTime(), e.EnqueueSeq, id))] = rowValue(v.Receipt, v.Value)
 		}
 	}
 	var batch []engine.Entry
@@ -387,17 +421,19 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if want[string(v.Key)] {
+			if w, ok := want[string(v.Key)]; ok && bytes.Equal(w, v.Value) {
 				delete(want, string(v.Key))
 				continue
+			} else if ok {
+				continue // put below with the right value
 			}
 			if err := put(engine.Entry{Anchor: o.anchor, Type: segment.TypeDelete, Key: append([]byte(nil), v.Key...)}); err != nil {
 				return err
 			}
 		}
 	}
-	for k := range want {
-		if err := put(engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: []byte(k), Value: []byte{}}); err != nil {
+	for k, v := range want {
+		if err := put(engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: []byte(k), Value: v}); err != nil {
 			return err
 		}
 	}

@@ -232,14 +232,18 @@ func (o *Outbox) Complete(ctx context.Context, l Lease, result []byte) (Entry, e
 	if err != nil {
 		return Entry{}, err
 	}
-	now := o.now()
+	w := completeWrite(cur, l, result, o.now())
+	if err := o.commit(ctx, []write{w}); err != nil {
+		return Entry{}, err
+	}
+	return w.e.clone(), nil
+}
+
+func completeWrite(cur *Entry, l Lease, result []byte, now time.Time) write {
 	e := cur.clone()
 	e.State, e.Lease, e.Payload, e.DoneAt, e.Duplicate = StateDone, nil, nil, now, false
 	e.Result = append([]byte{}, result...)
-	if err := o.commit(ctx, []write{{id: l.ID, e: &e, prev: cur, t: transition{op: opComplete, at: now, by: cur.Lease.Worker, token: l.Token}}}); err != nil {
-		return Entry{}, err
-	}
-	return e.clone(), nil
+	return write{id: l.ID, e: &e, prev: cur, t: transition{op: opComplete, at: now, by: cur.Lease.Worker, token: l.Token}}
 }
 
 // Fail records the failure of the attempt under lease l. A cause marked
@@ -262,7 +266,14 @@ func (o *Outbox) Fail(ctx context.Context, l Lease, cause error) (Entry, error) 
 	if err != nil {
 		return Entry{}, err
 	}
-	now := o.now()
+	w := o.failWrite(cur, l, cause, o.now())
+	if err := o.commit(ctx, []write{w}); err != nil {
+		return Entry{}, err
+	}
+	return w.e.clone(), nil
+}
+
+func (o *Outbox) failWrite(cur *Entry, l Lease, cause error, now time.Time) write {
 	e := cur.clone()
 	e.Duplicate = false
 	permanent := IsPermanent(cause)
@@ -274,10 +285,7 @@ func (o *Outbox) Fail(ctx context.Context, l Lease, cause error) (Entry, error) 
 		e.State = StatePending
 		e.NextAttemptAt = now.Add(o.policy.Delay(l.ID, cur.Attempts))
 	}
-	if err := o.commit(ctx, []write{{id: l.ID, e: &e, prev: cur, t: transition{op: opFail, at: now, by: cur.Lease.Worker, token: l.Token}}}); err != nil {
-		return Entry{}, err
-	}
-	return e.clone(), nil
+	return write{id: l.ID, e: &e, prev: cur, t: transition{op: opFail, at: now, by: cur.Lease.Worker, token: l.Token}}
 }
 
 // errorText is the failure message recorded for err: its text, valid
@@ -318,14 +326,125 @@ func (o *Outbox) Extend(ctx context.Context, l Lease, ttl time.Duration) (Lease,
 	if err != nil {
 		return Lease{}, err
 	}
-	now := o.now()
+	w := extendWrite(cur, l, ttl, o.now())
+	if err := o.commit(ctx, []write{w}); err != nil {
+		return Lease{}, err
+	}
+	return *w.e.Lease, nil
+}
+
+func extendWrite(cur *Entry, l Lease, ttl time.Duration, now time.Time) write {
 	e := cur.clone()
 	e.Duplicate = false
 	e.Lease.ExpiresAt = now.Add(ttl)
-	if err := o.commit(ctx, []write{{id: l.ID, e: &e, prev: cur, t: transition{op: opExtend, at: now, by: cur.Lease.Worker, token: l.Token}}}); err != nil {
-		return Lease{}, err
+	return write{id: l.ID, e: &e, prev: cur, t: transition{op: opExtend, at: now, by: cur.Lease.Worker, token: l.Token}}
+}
+
+// outcome is the end of one attempt, for finishBatch: a completion with
+// result when err is nil, else a failure.
+type outcome struct {
+	lease  Lease
+	result []byte
+	err    error
+}
+
+// finishBatch records many outcomes in one append, each as Complete or
+// Fail would; errs[i] is outcome i's refusal (a lease not current:
+// STATE_002), or the append's error for all of them.
+func (o *Outbox) finishBatch(ctx context.Context, outs []outcome) (errs []error) {
+	errs = make([]error, len(outs))
+	ids := make([]string, len(outs))
+	for i, oc := range outs {
+		ids[i] = oc.lease.ID
 	}
-	return *e.Lease, nil
+	if err := o.enter(true); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer o.leave()
+	held := o.locks.lockAll(ids)
+	defer o.locks.unlockAll(held)
+	now := o.now()
+	var ws []write
+	var at []int
+	seen := map[string]bool{}
+	for i, oc := range outs {
+		if seen[oc.lease.ID] {
+			errs[i] = fmt.Errorf("outbox %q: entry %q twice in one batch", o.name, oc.lease.ID)
+			continue
+		}
+		seen[oc.lease.ID] = true
+		what := "complete"
+		if oc.err != nil {
+			what = "fail"
+		}
+		cur, err := o.underLease(ctx, oc.lease, what)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if oc.err == nil {
+			ws = append(ws, completeWrite(cur, oc.lease, oc.result, now))
+		} else {
+			ws = append(ws, o.failWrite(cur, oc.lease, oc.err, now))
+		}
+		at = append(at, i)
+	}
+	if len(ws) > 0 {
+		if err := o.commit(ctx, ws); err != nil {
+			for _, i := range at {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
+}
+
+// extendBatch renews many leases for ttl in one append, each as Extend
+// would; errs[i] is lease i's refusal, or the append's error.
+func (o *Outbox) extendBatch(ctx context.Context, ls []Lease, ttl time.Duration) (errs []error) {
+	errs = make([]error, len(ls))
+	ids := make([]string, len(ls))
+	for i, l := range ls {
+		ids[i] = l.ID
+	}
+	if err := o.enter(true); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer o.leave()
+	held := o.locks.lockAll(ids)
+	defer o.locks.unlockAll(held)
+	now := o.now()
+	var ws []write
+	var at []int
+	seen := map[string]bool{}
+	for i, l := range ls {
+		if seen[l.ID] {
+			errs[i] = fmt.Errorf("outbox %q: entry %q twice in one batch", o.name, l.ID)
+			continue
+		}
+		seen[l.ID] = true
+		cur, err := o.underLease(ctx, l, "extend")
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		ws = append(ws, extendWrite(cur, l, ttl, now))
+		at = append(at, i)
+	}
+	if len(ws) > 0 {
+		if err := o.commit(ctx, ws); err != nil {
+			for _, i := range at {
+				errs[i] = err
+			}
+		}
+	}
+	return errs
 }
 
 func checkTTL(ttl time.Duration) error {

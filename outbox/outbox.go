@@ -90,9 +90,10 @@ type Outbox struct {
 // that order them, the counts, and which records of the anchor it has seen.
 type state struct {
 	hot      map[string]*hotEntry
-	dirty    int // hot entries with records past the mark
-	ready    itemHeap
-	leases   itemHeap
+	dirty    int             // hot entries with records past the mark
+	ready    itemHeap        // pending entries in memory, by next_attempt_at
+	leases   itemHeap        // inflight ones, by lease expiry
+	dead     itemHeap        // dead ones, by dead_at
 	reserved map[string]bool // ids a claim has selected and not finished
 	// reservedRows holds the row a reserved id was selected by, if any.
 	reservedRows map[string]rowKey
@@ -133,9 +134,13 @@ type hotEntry struct {
 	vers []ver  // the row of each record past the mark, oldest first
 }
 
+// ver is one record of an entry past the mark: its row, and the record
+// itself (its receipt and value), which a flush puts in the row.
 type ver struct {
 	seq uint64
 	row rowRef
+	rc  engine.Receipt
+	val []byte
 }
 
 // rowKey is an index row of kind r or l.
@@ -354,9 +359,10 @@ func (st *state) see(seq uint64, d delta) bool {
 	return true
 }
 
-// apply takes in record seq, which moved entry id from the state whose row
-// is prev to e.
-func (st *state) apply(id string, seq uint64, e *Entry, prev rowRef) {
+// apply takes in the record with receipt rc and value val, which moved
+// entry id from the state whose row is prev to e.
+func (st *state) apply(id string, rc engine.Receipt, val []byte, e *Entry, prev rowRef) {
+	seq := rc.Seq
 	h := st.hot[id]
 	if h == nil {
 		// An entry not in memory has the rows of its state at the mark,
@@ -370,7 +376,7 @@ func (st *state) apply(id string, seq uint64, e *Entry, prev rowRef) {
 	if len(h.vers) == 0 {
 		st.dirty++
 	}
-	h.vers = append(h.vers, ver{seq: seq, row: e.rowRef()})
+	h.vers = append(h.vers, ver{seq: seq, row: e.rowRef(), rc: rc, val: val})
 	h.cur, h.seq = e, seq
 	st.pushItem(id, h)
 }
@@ -382,7 +388,28 @@ func (st *state) pushItem(id string, h *hotEntry) {
 		st.ready.push(item{at: e.NextAttemptAt.UnixNano(), enqSeq: e.EnqueueSeq, id: id, seq: h.seq})
 	case StateInflight:
 		st.leases.push(item{at: e.Lease.ExpiresAt.UnixNano(), enqSeq: e.EnqueueSeq, id: id, seq: h.seq})
+	case StateDead:
+		st.dead.push(item{at: e.DeadAt.UnixNano(), enqSeq: e.EnqueueSeq, id: id, seq: h.seq})
 	}
+}
+
+// validItem reports whether a heap item still stands for its entry: the
+// entry is in memory at the item's record, in state s.
+func (st *state) validItem(it *item, s State) bool {
+	h := st.hot[it.id]
+	return h != nil && h.seq == it.seq && h.cur.State == s
+}
+
+// topValid drops the stale items on top of a heap and returns the first
+// valid one, or nil.
+func (st *state) topValid(h *itemHeap, s State) *item {
+	for len(*h) > 0 {
+		if it := h.top(); st.validItem(it, s) {
+			return it
+		}
+		h.pop()
+	}
+	return nil
 }
 
 // write is one record to append: entry id moves from prev to e by t.
@@ -427,7 +454,7 @@ func (o *Outbox) commit(ctx context.Context, ws []write) error {
 		}
 		d.to = e.State
 		if o.st.see(r.Seq, d) {
-			o.st.apply(w.id, r.Seq, e, prevRow)
+			o.st.apply(w.id, r, entries[i].Value, e, prevRow)
 		}
 		wake = wake || e.State == StatePending
 	}
@@ -476,7 +503,7 @@ func (o *Outbox) lookup(ctx context.Context, id string) (*Entry, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	d, err := decodeRecord(o.name, id, v.Value, v.Receipt)
+	d, err := decodeTrusted(o.name, id, v.Value, v.Receipt)
 	if err != nil {
 		return nil, false, err
 	}

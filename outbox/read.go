@@ -58,7 +58,7 @@ func (o *Outbox) List(ctx context.Context, lo ListOptions) ([]Entry, error) {
 			return nil, err
 		}
 		id, _ := o.k.parseEntryKey(v.Key)
-		d, err := decodeRecord(o.name, id, v.Value, v.Receipt)
+		d, err := decodeTrusted(o.name, id, v.Value, v.Receipt)
 		if err != nil {
 			return nil, err
 		}
@@ -80,28 +80,27 @@ func (o *Outbox) Dead(ctx context.Context, limit int) ([]Entry, error) {
 }
 
 // listByRows lists the entries in a state that has index rows: the rows of
-// entries the Outbox has not changed since they were written, merged with
-// the ones it has, from memory.
+// entries the Outbox has not changed since they were written (each row
+// holds its entry's record), merged with the ones it has, from memory.
+// Flushes wait meanwhile, so that no entry leaves memory during the scan.
 func (o *Outbox) listByRows(ctx context.Context, s State, limit int) ([]Entry, error) {
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
 	type keyed struct {
 		at     int64
 		enqSeq uint64
 		e      Entry
 	}
-	// The entries in memory now are listed from memory, and their rows
-	// skipped, even if a flush writes them meanwhile.
+	kind := rowKind(s)
 	var mem []keyed
 	o.mu.Lock()
-	kind := rowKind(s)
 	lower := o.k.kind(kind)
 	if kind != kindDead {
 		if f := o.st.scanFrom(kind); f != nil {
 			lower = f
 		}
 	}
-	inMem := make(map[string]bool, len(o.st.hot))
-	for id, h := range o.st.hot {
-		inMem[id] = true
+	for _, h := range o.st.hot {
 		if h.cur.State == s {
 			mem = append(mem, keyed{h.cur.rowTime(), h.cur.EnqueueSeq, h.cur.clone()})
 		}
@@ -124,7 +123,7 @@ func (o *Outbox) listByRows(ctx context.Context, s State, limit int) ([]Entry, e
 			return nil, err
 		}
 		at, enq, id, ok := o.k.parseRow(kind, v.Key)
-		if !ok || inMem[id] {
+		if !ok || o.inMemory(id) {
 			continue
 		}
 		for len(mem) > 0 && !full() && less(&mem[0], &keyed{at, enq, Entry{ID: id}}) {
@@ -134,19 +133,25 @@ func (o *Outbox) listByRows(ctx context.Context, s State, limit int) ([]Entry, e
 		if full() {
 			break
 		}
-		e, found, err := o.lookup(ctx, id)
+		e, err := o.decodeRow(kind, v.Key, v.Value)
 		if err != nil {
 			return nil, err
 		}
-		if found && e.State == s {
-			out = append(out, e.clone())
-		}
+		out = append(out, *e)
 	}
 	for len(mem) > 0 && !full() {
 		out = append(out, mem[0].e)
 		mem = mem[1:]
 	}
 	return out, nil
+}
+
+// inMemory reports whether the Outbox holds entry id in memory, where its
+// state is newer than (or the same as) its row's.
+func (o *Outbox) inMemory(id string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.st.hot[id] != nil
 }
 
 // Transition is one record of an entry's history: the op that made it
@@ -262,46 +267,40 @@ type Stats struct {
 
 // Stats returns the counts by state (kept in memory: O(1)), the oldest
 // pending and dead ages (the first index row, O(log n)) and the expired
-// leases (the lease rows due by now: O(expired)).
+// leases (the lease rows due by now: O(expired)). Flushes wait meanwhile.
 func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	if err := o.enter(false); err != nil {
 		return Stats{}, err
 	}
 	defer o.leave()
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
 	now := o.now()
 	nowNs := now.UnixNano()
 	s := Stats{Outbox: o.name, Durable: o.durable}
 
-	// From memory: counts, and the entries changed lately.
-	var hotPending, hotDead int64 = -1, -1
+	// From memory: the counts, and the entries changed lately.
+	hotPending, hotDead := int64(-1), int64(-1)
 	o.mu.Lock()
 	c := o.st.counts
-	rFrom, lFrom := o.st.scanFrom(kindReady), o.st.scanFrom(kindLease)
 	s.Watermark, s.Unflushed = o.st.mark.w, o.st.dirty
-	inMem := make(map[string]bool, len(o.st.hot))
-	for id, h := range o.st.hot {
-		inMem[id] = true
-		e := h.cur
-		switch e.State {
-		case StatePending:
-			if t := e.NextAttemptAt.UnixNano(); hotPending < 0 || t < hotPending {
-				hotPending = t
-			}
-		case StateDead:
-			if t := e.DeadAt.UnixNano(); hotDead < 0 || t < hotDead {
-				hotDead = t
-			}
-		case StateInflight:
-			if e.Lease.ExpiresAt.UnixNano() <= nowNs {
-				s.ExpiredLeases++
-			}
+	rFrom, lFrom := o.st.scanFrom(kindReady), o.st.scanFrom(kindLease)
+	if it := o.st.topValid(&o.st.ready, StatePending); it != nil {
+		hotPending = it.at
+	}
+	if it := o.st.topValid(&o.st.dead, StateDead); it != nil {
+		hotDead = it.at
+	}
+	for i := range o.st.leases {
+		if it := &o.st.leases[i]; it.at <= nowNs && o.st.validItem(it, StateInflight) {
+			s.ExpiredLeases++
 		}
 	}
 	o.mu.Unlock()
 	s.Pending, s.Inflight, s.Done, s.Dead, s.Aborted = c[0], c[1], c[2], c[3], c[4]
 	s.InflightLeases = s.Inflight
 
-	// From the rows of the entries not in memory then.
+	// From the rows of the entries not in memory.
 	first := func(kind byte, from []byte) (int64, bool, error) {
 		if from == nil {
 			from = o.k.kind(kind)
@@ -310,7 +309,7 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 			if err != nil {
 				return 0, false, err
 			}
-			if at, _, id, ok := o.k.parseRow(kind, v.Key); ok && !inMem[id] {
+			if at, _, id, ok := o.k.parseRow(kind, v.Key); ok && !o.inMemory(id) {
 				return at, true, nil
 			}
 		}
@@ -346,7 +345,7 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 		if err != nil {
 			return s, err
 		}
-		if _, _, id, ok := o.k.parseRow(kindLease, v.Key); ok && !inMem[id] {
+		if _, _, id, ok := o.k.parseRow(kindLease, v.Key); ok && !o.inMemory(id) {
 			s.ExpiredLeases++
 		}
 	}

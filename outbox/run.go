@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -26,11 +27,16 @@ type Handler func(ctx context.Context, e Entry) (result []byte, err error)
 type RunOptions struct {
 	// Workers is how many handlers run at once. Default 1.
 	Workers int
-	// LeaseTTL is each lease's time to live; a running handler's lease is
+	// LeaseTTL is each lease's time to live; the leases Run holds are
 	// renewed every LeaseTTL/3. Default 30 s.
 	LeaseTTL time.Duration
 	// Batch bounds the entries one claim takes (one append for all of
-	// them). Default Workers.
+	// them); Run holds at most Workers+2·Batch claimed entries, the ones no
+	// worker has started waiting their turn, so that the next claim's
+	// fsync overlaps the last completions'. With short handlers a claim
+	// and a completion (an fsync each) are most of an entry's time, so
+	// entries claimed ahead keep the workers busy. Default
+	// max(2·Workers, 64), at most MaxClaim.
 	Batch int
 	// PollInterval is how often Run looks for due entries when it found
 	// none; an Enqueue on this Outbox wakes it at once. Default 1 s.
@@ -46,22 +52,27 @@ type RunOptions struct {
 // rides out (CAP_*: the database is busy).
 const runRetry = 50 * time.Millisecond
 
-// Run delivers the outbox's entries until ctx ends: it claims due entries
-// (in batches, as workers are free), calls handler for each on one of
-// Workers goroutines, renews the lease while the handler runs, and
-// completes the entry with the handler's result or fails it with its error.
+// maxFinishBatch bounds the outcomes Run records in one append.
+const maxFinishBatch = 1000
+
+// Run delivers the outbox's entries until ctx ends. It claims due entries
+// in batches, as workers become free; calls handler for each on one of
+// Workers goroutines; renews the leases it holds every LeaseTTL/3 (all of
+// them in one append); and records the outcomes — a completion with the
+// handler's result, or a failure with its error — in batches too, so a
+// worker takes its next entry without waiting for the last one's fsync.
 //
 // Delivery is at least once: an entry whose handler ran but whose
-// completion was not recorded — the process died, the lease was lost —
-// is delivered again once its lease expires. Completion is at most once:
-// a completion under a lease that is no longer current is refused.
+// completion was not recorded — the process died, the lease was lost — is
+// delivered again once its lease expires. Completion is at most once: an
+// outcome under a lease that is no longer current is refused and dropped.
 //
 // When ctx ends Run stops claiming, cancels the running handlers' contexts
-// and waits for them. A handler that still returns a result is completed;
-// one that returns ctx's error leaves its entry inflight, to be claimed
-// again when its lease expires (the attempt counts). Run returns nil then,
-// or the error that stopped it: the outbox or the database closed or
-// failed (IO_001), a bad option (INPUT_001).
+// and waits for them, and records what they return; an entry whose
+// handler returns ctx's error, or that no worker had started, stays
+// inflight until its lease expires and is claimed again (the attempt
+// counts). Run then returns nil, or the error that stopped it: the outbox
+// or the database closed or failed (IO_001), a bad option (INPUT_001).
 func (o *Outbox) Run(ctx context.Context, handler Handler, ro RunOptions) error {
 	if handler == nil {
 		return errs.New(errs.CodeInvalidInput, "outbox Run needs a handler")
@@ -73,7 +84,7 @@ func (o *Outbox) Run(ctx context.Context, handler Handler, ro RunOptions) error 
 		ro.LeaseTTL = 30 * time.Second
 	}
 	if ro.Batch == 0 {
-		ro.Batch = ro.Workers
+		ro.Batch = min(max(2*ro.Workers, 64), MaxClaim)
 	}
 	if ro.PollInterval == 0 {
 		ro.PollInterval = time.Second
@@ -93,157 +104,267 @@ func (o *Outbox) Run(ctx context.Context, handler Handler, ro RunOptions) error 
 	if err := checkTTL(ro.LeaseTTL); err != nil {
 		return err
 	}
+	if len(ro.Worker) > MaxWorkerBytes || checkPrintable("worker", ro.Worker) != nil {
+		return errs.New(errs.CodeInvalidInput, "Run: worker %q: at most %d bytes of UTF-8 without control characters", ro.Worker, MaxWorkerBytes)
+	}
+	r := &runner{o: o, h: handler, ro: ro, held: map[string]*job{},
+		jobs:     make(chan *job, ro.Workers+2*ro.Batch),
+		outcomes: make(chan *job, ro.Workers+2*ro.Batch),
+		freed:    make(chan struct{}, 1)}
+	r.ctx, r.stop = context.WithCancel(ctx)
+	defer r.stop()
 
-	jobs := make(chan Entry)
-	done := make(chan struct{}, ro.Workers)
-	var wg sync.WaitGroup
+	var workers, finisher, renewer sync.WaitGroup
 	for range ro.Workers {
-		wg.Add(1)
+		workers.Add(1)
 		go func() {
-			defer wg.Done()
-			for e := range jobs {
-				o.deliver(ctx, handler, e, &ro)
-				done <- struct{}{}
-			}
+			defer workers.Done()
+			r.work()
 		}()
 	}
-	err := o.dispatch(ctx, jobs, done, &ro)
-	close(jobs)
-	wg.Wait()
-	if ctx.Err() != nil && (err == nil || errors.Is(err, ctx.Err())) {
-		return nil
+	finisher.Add(1)
+	go func() {
+		defer finisher.Done()
+		r.finish()
+	}()
+	renewDone := make(chan struct{})
+	renewer.Add(1)
+	go func() {
+		defer renewer.Done()
+		r.renew(renewDone)
+	}()
+
+	r.dispatch()
+	close(r.jobs)
+	workers.Wait()
+	close(r.outcomes)
+	finisher.Wait()
+	close(renewDone)
+	renewer.Wait()
+	if r.err != nil {
+		return r.err
 	}
-	return err
+	return nil
 }
 
-// dispatch claims entries as workers are free and hands them out, until
-// ctx ends or an error it cannot ride out.
-func (o *Outbox) dispatch(ctx context.Context, jobs chan<- Entry, done <-chan struct{}, ro *RunOptions) error {
-	free := ro.Workers
-	timer := time.NewTimer(0)
+// runner is one Run.
+type runner struct {
+	o    *Outbox
+	h    Handler
+	ro   RunOptions
+	ctx  context.Context // ends with Run's ctx or a fatal error
+	stop context.CancelFunc
+
+	mu   sync.Mutex
+	held map[string]*job // every entry claimed and not finished
+	err  error           // the error that stopped Run
+
+	jobs     chan *job
+	outcomes chan *job
+	freed    chan struct{} // an entry was finished: room to claim
+}
+
+// job is one claimed entry.
+type job struct {
+	e      Entry
+	lease  Lease
+	ctx    context.Context
+	cancel context.CancelFunc
+	lost   atomic.Bool // a renewal was refused: another claim took it
+	result []byte
+	err    error
+}
+
+func (r *runner) fatal(err error) {
+	r.mu.Lock()
+	if r.err == nil {
+		r.err = err
+	}
+	r.mu.Unlock()
+	r.stop()
+}
+
+// dispatch claims entries while there is room and hands them to the
+// workers, until the run ends.
+func (r *runner) dispatch() {
+	limit := r.ro.Workers + 2*r.ro.Batch
+	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	wait := func(d time.Duration) {
+	wait := func(d time.Duration, poll bool) {
+		timer.Reset(d)
+		var notify <-chan struct{}
+		if poll {
+			notify = r.o.notifyCh
+		}
+		select {
+		case <-r.ctx.Done():
+		case <-r.freed:
+		case <-notify:
+		case <-timer.C:
+		}
 		if !timer.Stop() {
 			select {
 			case <-timer.C:
 			default:
 			}
 		}
-		timer.Reset(d)
-		select {
-		case <-ctx.Done():
-		case <-done:
-			free++
-		case <-o.notifyCh:
-		case <-timer.C:
-		}
 	}
-	for ctx.Err() == nil {
-		for drained := false; !drained; {
-			select {
-			case <-done:
-				free++
-			default:
-				drained = true
-			}
-		}
-		if free == 0 {
-			select {
-			case <-ctx.Done():
-			case <-done:
-				free++
-			}
+	for r.ctx.Err() == nil {
+		r.mu.Lock()
+		room := limit - len(r.held)
+		r.mu.Unlock()
+		if room <= 0 {
+			wait(time.Hour, false)
 			continue
 		}
-		es, err := o.Claim(ctx, ro.Worker, min(free, ro.Batch), ro.LeaseTTL)
+		es, err := r.o.Claim(r.ctx, r.ro.Worker, min(room, r.ro.Batch), r.ro.LeaseTTL)
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+			if r.ctx.Err() != nil {
+				return
 			}
 			if !ridable(err) {
-				return err
+				r.fatal(err)
+				return
 			}
-			if ro.Logger != nil {
-				ro.Logger.Errorf("outbox %q: claim: %v", o.name, err)
+			if r.ro.Logger != nil {
+				r.ro.Logger.Errorf("outbox %q: claim: %v", r.o.name, err)
 			}
-			wait(runRetry)
+			wait(runRetry, false)
 			continue
 		}
-		for _, e := range es {
-			jobs <- e
-			free--
+		for i := range es {
+			j := &job{e: es[i], lease: *es[i].Lease}
+			j.ctx, j.cancel = context.WithCancel(r.ctx)
+			r.mu.Lock()
+			r.held[j.lease.ID] = j
+			r.mu.Unlock()
+			r.jobs <- j // room for every held job
 		}
 		if len(es) == 0 {
-			wait(ro.PollInterval)
+			wait(r.ro.PollInterval, true)
 		}
 	}
-	return nil
+}
+
+// work runs handlers until the jobs end. A job not started when the run
+// ends is left to its lease.
+func (r *runner) work() {
+	for j := range r.jobs {
+		if r.ctx.Err() != nil || j.lost.Load() {
+			j.cancel()
+			continue
+		}
+		j.result, j.err = callHandler(j.ctx, r.h, j.e)
+		j.cancel()
+		r.outcomes <- j
+	}
+}
+
+// finish records the outcomes, many at a time, until the outcomes end.
+func (r *runner) finish() {
+	// The outcomes are recorded even while the run stops: the work is done.
+	ctx := context.WithoutCancel(r.ctx)
+	batch := make([]*job, 0, maxFinishBatch)
+	for j := range r.outcomes {
+		batch = append(batch[:0], j)
+	drain:
+		for len(batch) < maxFinishBatch {
+			select {
+			case j, ok := <-r.outcomes:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, j)
+			default:
+				break drain
+			}
+		}
+		var outs []outcome
+		var which []*job
+		for _, j := range batch {
+			stopping := j.err != nil && r.ctx.Err() != nil && errors.Is(j.err, r.ctx.Err())
+			if j.lost.Load() || stopping {
+				continue // another claim has it, or its lease runs out
+			}
+			outs = append(outs, outcome{lease: j.lease, result: j.result, err: j.err})
+			which = append(which, j)
+		}
+		for try := 0; len(outs) > 0; try++ {
+			errs := r.o.finishBatch(ctx, outs)
+			var again []outcome
+			var againJobs []*job
+			for i, err := range errs {
+				switch {
+				case err == nil, isStateErr(err):
+				case ridable(err) && try < 100:
+					again = append(again, outs[i])
+					againJobs = append(againJobs, which[i])
+				default:
+					if r.ro.Logger != nil {
+						r.ro.Logger.Errorf("outbox %q: recording the outcome of %q: %v", r.o.name, outs[i].lease.ID, err)
+					}
+					if !ridable(err) {
+						r.fatal(err)
+					}
+				}
+			}
+			outs, which = again, againJobs
+			if len(outs) > 0 {
+				time.Sleep(runRetry)
+			}
+		}
+		r.mu.Lock()
+		for _, j := range batch {
+			delete(r.held, j.lease.ID)
+		}
+		r.mu.Unlock()
+		select {
+		case r.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renew extends every held lease every LeaseTTL/3, in one append, until
+// done. A lease whose renewal is refused is lost: its handler's context is
+// cancelled and its outcome dropped.
+func (r *runner) renew(done <-chan struct{}) {
+	t := time.NewTicker(max(r.ro.LeaseTTL/3, time.Millisecond))
+	defer t.Stop()
+	ctx := context.WithoutCancel(r.ctx)
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		jobs := make([]*job, 0, len(r.held))
+		for _, j := range r.held {
+			jobs = append(jobs, j)
+		}
+		r.mu.Unlock()
+		for len(jobs) > 0 {
+			n := min(len(jobs), maxFinishBatch)
+			ls := make([]Lease, n)
+			for i, j := range jobs[:n] {
+				ls[i] = j.lease
+			}
+			for i, err := range r.o.extendBatch(ctx, ls, r.ro.LeaseTTL) {
+				if err != nil && !ridable(err) {
+					jobs[i].lost.Store(true)
+					jobs[i].cancel()
+				}
+			}
+			jobs = jobs[n:]
+		}
+	}
 }
 
 // ridable reports whether Run waits and tries again after err: an
 // admission refusal (the database is busy).
 func ridable(err error) bool {
 	return strings.HasPrefix(string(engine.CodeOf(err)), "CAP_")
-}
-
-// deliver runs the handler for one claimed entry, renewing its lease while
-// it runs, and records the outcome.
-func (o *Outbox) deliver(ctx context.Context, handler Handler, e Entry, ro *RunOptions) {
-	lease := *e.Lease
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var lost bool
-	stopRenew := make(chan struct{})
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(max(ro.LeaseTTL/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-stopRenew:
-				return
-			case <-t.C:
-			}
-			l, err := o.Extend(context.WithoutCancel(ctx), lease, ro.LeaseTTL)
-			if err == nil {
-				continue // the token stays the same
-			}
-			var se *StateError
-			if errors.As(err, &se) || !ridable(err) {
-				lost = true // another claim took it over, or the outbox stopped
-				cancel()
-				return
-			}
-			_ = l
-		}
-	}()
-	result, herr := callHandler(hctx, handler, e)
-	close(stopRenew)
-	<-renewed
-	if lost {
-		return
-	}
-	if herr != nil && ctx.Err() != nil && errors.Is(herr, ctx.Err()) {
-		return // stopping: the lease runs out and the entry comes back
-	}
-	// The outcome is recorded even while Run stops: the work is done.
-	wctx := context.WithoutCancel(ctx)
-	for try := 0; ; try++ {
-		var err error
-		if herr == nil {
-			_, err = o.Complete(wctx, lease, result)
-		} else {
-			_, err = o.Fail(wctx, lease, herr)
-		}
-		if err == nil || !ridable(err) || try >= 100 {
-			if err != nil && ro.Logger != nil && !isStateErr(err) {
-				ro.Logger.Errorf("outbox %q: recording the outcome of %q: %v", o.name, e.ID, err)
-			}
-			return
-		}
-		time.Sleep(runRetry)
-	}
 }
 
 func isStateErr(err error) bool {

@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/zeebo/blake3"
 )
 
 // Finding is one problem Verify found in an outbox: its code (INT_002 for a
@@ -65,6 +67,16 @@ type vstate struct {
 	token    uint64
 	fp       segment.Hash
 	unsure   bool // records of the entry may have been truncated since the last one seen
+	// The entry's last record: what its row holds (rowValue), the value
+	// as a hash.
+	rc      engine.Receipt
+	valHash [32]byte
+}
+
+// rowWant is what a row at the watermark must hold: its entry's record.
+type rowWant struct {
+	rc      engine.Receipt
+	valHash [32]byte
 }
 
 // Verify checks the outbox NAME of db against its log: it replays every
@@ -127,16 +139,16 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 
 	// The replay.
 	states := map[string]*vstate{}
-	var expected map[string]bool // the rows at the watermark
+	var expected map[string]rowWant // the rows at the watermark
 	var atMark counts
 	markChecked := false
 	takeMark := func() {
-		expected = map[string]bool{}
+		expected = map[string]rowWant{}
 		atMark = counts{}
 		for id, s := range states {
 			atMark[s.state-1]++
 			if c := rowKind(s.state); c != 0 {
-				expected[string(k.row(c, s.row.at, s.enqSeq, id))] = true
+				expected[string(k.row(c, s.row.at, s.enqSeq, id))] = rowWant{rc: s.rc, valHash: s.valHash}
 			}
 		}
 		markChecked = true
@@ -216,7 +228,8 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 			states[id] = s
 		}
 		e := &d.entry
-		*s = vstate{state: e.State, row: e.rowRef(), enqSeq: e.EnqueueSeq, attempts: e.Attempts, fp: e.Fingerprint}
+		*s = vstate{state: e.State, row: e.rowRef(), enqSeq: e.EnqueueSeq, attempts: e.Attempts, fp: e.Fingerprint,
+			rc: rc, valHash: blake3.Sum256(rec.Value)}
 		if e.Lease != nil {
 			s.token = e.Lease.Token
 		}
@@ -233,7 +246,7 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 	}
 	if !haveMark {
 		// No mark: no flush yet, so no rows.
-		expected, markChecked = map[string]bool{}, true
+		expected, markChecked = map[string]rowWant{}, true
 	}
 
 	// The rows and the keys under the prefix.
@@ -249,8 +262,12 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 		if c != kindReady && c != kindLease && c != kindDead || !markChecked {
 			continue
 		}
-		if expected[string(v.Key)] {
+		if want, ok := expected[string(v.Key)]; ok {
 			delete(expected, string(v.Key))
+			if !rowHolds(v.Value, want) {
+				_, _, id, _ := k.parseRow(c, v.Key)
+				add(errs.CodeIndexMismatch, id, v.Seq, "row %q does not hold the entry's record at the watermark %d (seq %d)", v.Key, m.w, want.rc.Seq)
+			}
 			if c != kindDead {
 				if f := m.from[fromIdx(c)]; f != nil && bytes.Compare(v.Key, f) < 0 {
 					_, _, id, _ := k.parseRow(c, v.Key)
@@ -278,6 +295,15 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 	}
 	rep.OK = len(rep.Failures) == 0
 	return rep, nil
+}
+
+// rowHolds reports whether a row's value is the record want names.
+func rowHolds(value []byte, want rowWant) bool {
+	if len(value) < rowValueHeader {
+		return false
+	}
+	return binary.BigEndian.Uint64(value) == want.rc.Seq && binary.BigEndian.Uint64(value[8:]) == want.rc.Counter &&
+		string(value[16:rowValueHeader]) == string(want.rc.Hash[:]) && blake3.Sum256(value[rowValueHeader:]) == want.valHash
 }
 
 // checkTransition returns what is wrong with record d of an entry whose
