@@ -30,6 +30,8 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
+func newMem() vfs.FS { return vfs.NewMem() }
+
 func openMemDB(t testing.TB, fs vfs.FS) *engine.DB {
 	t.Helper()
 	db, err := engine.Open("db", engine.Options{FS: fs, SegmentSize: 16 << 10})
