@@ -158,9 +158,17 @@ func (o *Outbox) claimHeld(ctx context.Context, ids []string, rows map[string]*c
 
 // selectCands picks up to n candidates due at now and reserves them, so
 // that concurrent claims pick others. rows holds those taken from rows.
+//
+// It holds flushMu: a row read here says an entry not in memory is in the
+// row's state only while no flush forgets entries. A flush that wrote the
+// entry's new rows and then forgot it between this scan (an iterator on
+// the index before that flush) and the check would make a stale row look
+// current, and claim an entry that is done.
 func (o *Outbox) selectCands(ctx context.Context, n int, now int64) (ids []string, rows map[string]*cand, err error) {
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
 	o.mu.Lock()
 	rCur, lCur, epoch := o.st.from[0], o.st.from[1], o.st.cursorEpoch
 	o.mu.Unlock()

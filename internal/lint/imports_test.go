@@ -33,7 +33,7 @@ var layers = map[string][]string{
 	"proof":               {"segment", "internal/errs", "internal/jsonobj"},
 	"engine": {"merge", "snapshot", "proof", "segment",
 		"internal/errs", "internal/journal", "internal/invariants", "internal/fsutil"},
-	"outbox":        {"engine", "segment", "internal/errs", "internal/jsonobj"},
+	"outbox":        {"engine", "segment", "snapshot", "proof", "internal/errs", "internal/jsonobj"},
 	"bench/harness": {"engine", "merge", "snapshot", "proof", "segment", "internal/errs"},
 	"bench": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
 		"internal/errs", "internal/journal"},
