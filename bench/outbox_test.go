@@ -180,13 +180,17 @@ func buildOutboxClaimFixture(n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ob, err := outbox.Open(ctx, db, "bench", outbox.Options{NoSync: true, FlushEntries: 1 << 20, FlushInterval: -1})
+	ob, err := outbox.Open(ctx, db, "bench", outbox.Options{NoSync: true})
 	if err != nil {
 		_ = db.Close()
 		return "", err
 	}
 	err = enqueueAll(ctx, ob, 0, n, 10000)
-	if err == nil {
+	for err == nil {
+		var st outbox.Stats
+		if st, err = ob.Stats(ctx); err != nil || st.Unflushed == 0 {
+			break
+		}
 		err = ob.Flush(ctx)
 	}
 	if cerr := ob.Close(); err == nil {

@@ -275,3 +275,60 @@ func TestSurvivesIngest(t *testing.T) {
 	}
 	mustVerify(t, obB)
 }
+
+// TestFlushInParts: when the entries changed since the mark would not fit
+// one batch, a flush takes an earlier watermark — those changed up to it —
+// and the next flush the rest; after each the rows and the mark agree
+// with the log.
+func TestFlushInParts(t *testing.T) {
+	defer func(e int) { maxFlushEntries = e }(maxFlushEntries)
+	maxFlushEntries = 3
+	ctx := context.Background()
+	ob, db, clk := testOutbox(t, Options{})
+	for i := 0; i < 10; i++ {
+		if _, err := ob.Enqueue(ctx, Message{ID: fmt.Sprintf("p%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs, err := ob.Claim(ctx, "w", 4, time.Minute)
+	if err != nil || len(cs) != 4 {
+		t.Fatal(cs, err)
+	}
+	if _, err := ob.Complete(ctx, *cs[0].Lease, nil); err != nil {
+		t.Fatal(err)
+	}
+	for flushes := 0; ; flushes++ {
+		st, err := ob.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Unflushed == 0 {
+			if flushes < 4 {
+				t.Fatalf("%d flushes for 10 entries three at a time", flushes)
+			}
+			break
+		}
+		before := st.Watermark
+		if err := ob.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if st, _ := ob.Stats(ctx); st.Watermark <= before {
+			t.Fatalf("a flush did not move the watermark from %d", before)
+		}
+		mustVerify(t, ob)
+	}
+	clk.Add(time.Hour)
+	want := snapshotEntries(t, ob)
+	if err := ob.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ob2, err := Open(ctx, db, "billing", Options{Clock: clk.Now, FlushInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob2.Close()
+	sameEntries(t, "after flushes in parts", snapshotEntries(t, ob2), want)
+	if cs, err := ob2.Claim(ctx, "w", MaxClaim, time.Minute); err != nil || len(cs) != 9 {
+		t.Fatalf("claim of the 6 pending and 3 expired: %d, %v", len(cs), err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"sort"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -111,7 +112,7 @@ func (o *Outbox) load(ctx context.Context) error {
 		o.st.mark = m
 		o.st.from = m.from
 		o.st.contig, o.st.maxSeen = m.w, m.w
-		o.st.counts, o.st.contigCounts = m.counts, m.counts
+		o.st.counts = m.counts
 	}
 	info, _, err := o.db.AnchorInfo(ctx, o.anchor)
 	if err != nil {
@@ -277,7 +278,7 @@ func (o *Outbox) flush(ctx context.Context) error {
 	}
 
 	o.mu.Lock()
-	W := o.st.contig
+	W := o.flushPoint()
 	var plan []flushed
 	var entries []engine.Entry
 	// The mark's scan starts: the claims' own, or the row at W of an entry
@@ -321,7 +322,7 @@ func (o *Outbox) flush(ctx context.Context) error {
 		o.mu.Unlock()
 		return nil
 	}
-	m := mark{w: W, counts: o.st.contigCounts, from: from}
+	m := mark{w: W, counts: o.st.countsAt(W), from: from}
 	o.mu.Unlock()
 	entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: o.k.encodeMark(m)})
 	rs, err := o.db.AppendBatch(ctx, entries, o.wopts...)
@@ -348,6 +349,11 @@ func (o *Outbox) flush(ctx context.Context) error {
 	for _, r := range rs {
 		o.st.see(r.Seq, delta{})
 	}
+	i := 0
+	for i < len(o.st.sinceMark) && o.st.sinceMark[i].seq <= W {
+		i++
+	}
+	o.st.sinceMark = append(o.st.sinceMark[:0], o.st.sinceMark[i:]...)
 	o.st.mark = m
 	o.mu.Unlock()
 
@@ -370,6 +376,50 @@ func (o *Outbox) flush(ctx context.Context) error {
 	}
 	o.mu.Unlock()
 	return nil
+}
+
+// Bounds of one flush's batch. A flush at W writes the rows of every entry
+// changed by the records after the mark up to W, in one atomic append (so
+// that the mark and the rows agree whatever a crash leaves); when those
+// would not fit, it picks an earlier W.
+var (
+	maxFlushBytes   = 64 << 20
+	maxFlushEntries = 1 << 16
+)
+
+// flushPoint returns the watermark of the next flush: contig, or the last
+// seq before the first record whose entry would take the batch past its
+// bounds. o.mu is held.
+func (o *Outbox) flushPoint() uint64 {
+	type first struct {
+		seq  uint64
+		size int
+	}
+	var fs []first
+	for id, h := range o.st.hot {
+		if len(h.vers) == 0 || h.vers[0].seq > o.st.contig {
+			continue
+		}
+		big := 0
+		for _, v := range h.vers {
+			if v.seq > o.st.contig {
+				break
+			}
+			big = max(big, len(v.val))
+		}
+		// A delete and a put of its row, the latter holding a record.
+		size := 2*(len(o.k.prefix)+1+16+len(id)+engine.RecordOverhead) + rowValueHeader + big
+		fs = append(fs, first{h.vers[0].seq, size})
+	}
+	sort.Slice(fs, func(i, j int) bool { return fs[i].seq < fs[j].seq })
+	total := 4096 // the mark
+	for i, f := range fs {
+		total += f.size
+		if i > 0 && (total > maxFlushBytes || i >= maxFlushEntries) {
+			return f.seq - 1
+		}
+	}
+	return o.st.contig
 }
 
 // sameRow reports whether two states have the same index row.
@@ -445,6 +495,6 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 	}
 	last := rs[len(rs)-1].Seq
 	o.st = state{hot: map[string]*hotEntry{}, reserved: map[string]bool{}, reservedRows: map[string]rowKey{}, ahead: map[uint64]delta{},
-		counts: c, contigCounts: c, mark: m, contig: last, maxSeen: last, probe: last}
+		counts: c, mark: m, contig: last, maxSeen: last, probe: last}
 	return nil
 }

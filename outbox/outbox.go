@@ -116,10 +116,13 @@ type state struct {
 	// seen: every record of the anchor with seq <= contig has been taken
 	// into hot and counts; ahead holds the ones after it, with the change
 	// each made to the counts, until the gap closes.
-	contig       uint64
-	contigCounts counts
-	ahead        map[uint64]delta
-	maxSeen      uint64
+	contig uint64
+	ahead  map[uint64]delta
+	// sinceMark lists the changes to the counts of the records after the
+	// mark up to contig, in seq order: a flush at W <= contig records the
+	// counts at W.
+	sinceMark []seqDelta
+	maxSeen   uint64
 	// probe is the anchor's head at the last flush's barrier: records up to
 	// it that the Outbox has not seen are not its own in flight, and the
 	// next flush reads them from the log.
@@ -176,6 +179,24 @@ func (st *state) scanFrom(kind byte) []byte {
 		}
 	}
 	return f
+}
+
+type seqDelta struct {
+	seq uint64
+	d   delta
+}
+
+// countsAt returns the counts after the records up to seq w, a seq from the
+// mark to contig.
+func (st *state) countsAt(w uint64) counts {
+	c := st.mark.counts
+	for _, sd := range st.sinceMark {
+		if sd.seq > w {
+			break
+		}
+		c.apply(sd.d)
+	}
+	return c
 }
 
 // delta is the change a record makes to the counts: from one state to
@@ -354,7 +375,9 @@ func (st *state) see(seq uint64, d delta) bool {
 		}
 		delete(st.ahead, st.contig+1)
 		st.contig++
-		st.contigCounts.apply(d)
+		if d != (delta{}) {
+			st.sinceMark = append(st.sinceMark, seqDelta{st.contig, d})
+		}
 	}
 	return true
 }
