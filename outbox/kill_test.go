@@ -261,11 +261,14 @@ func TestKillDuringDelivery(t *testing.T) {
 			t.Errorf("%s is %s, want done or dead", id, e.State)
 		}
 	}
-	if len(seen) > done {
-		for id := range seen {
-			if e, _, _ := ob.Get(ctx, id); e.State != StateDone {
-				t.Errorf("the sink saw %s, which is %s", id, e.State)
-			}
+	// (The sink may also hold ids that ended dead: delivered once, then
+	// killed before the completion was recorded, then failed on a later
+	// attempt. At least once is not exactly once.)
+	for id := range seen {
+		if e, found, err := ob.Get(ctx, id); err != nil || !found {
+			t.Errorf("the sink saw %s, which the outbox does not hold: %v", id, err)
+		} else if e.State != StateDone && e.State != StateDead {
+			t.Errorf("the sink saw %s, which is %s", id, e.State)
 		}
 	}
 	t.Logf("%d done (%d delivered more than once), %d dead, %d claims of expired leases, after %d kills", done, redelivered, dead, reclaimed, kills)
