@@ -11,12 +11,12 @@
 // records on the anchor "outbox/NAME", under keys that start with
 // KeyPrefix, NAME and a zero byte (the prefix P below):
 //
-//	key                                        value                         written
-//	P 'e' id                                   the entry's state (JSON)      one record per transition
-//	P 'r' time(8) enqueue_seq(8) id            empty                         pending, by next_attempt_at
-//	P 'l' time(8) enqueue_seq(8) id            empty                         inflight, by lease expiry
-//	P 'd' time(8) enqueue_seq(8) id            empty                         dead, by dead_at
-//	P 'w'                                      {"v","w","counts"}            the mark
+//	key                                   value                              written
+//	P 'e' id                              the entry's state (JSON)           one record per transition
+//	P 'r' time(8) enqueue_seq(8) id       the entry's record at the mark     pending, by next_attempt_at
+//	P 'l' time(8) enqueue_seq(8) id       the entry's record at the mark     inflight, by lease expiry
+//	P 'd' time(8) enqueue_seq(8) id       the entry's record at the mark     dead, by dead_at
+//	P 'w'                                 {"v","w","counts",…}               the mark
 //
 // (times are Unix nanoseconds with the sign bit flipped, big-endian, so
 // that keys sort by time). Every transition of an entry is one put of its
