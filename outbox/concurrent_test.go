@@ -155,7 +155,7 @@ func TestConcurrentUse(t *testing.T) {
 		is, _ := ob.List(ctx, ListOptions{State: StateInflight, Limit: 5})
 		cs, err := ob.Claim(ctx, "last", 5, time.Minute)
 		ob.mu.Lock()
-		t.Logf("from %q %q hot %d dirty %d ready %d", ob.st.from[0], ob.st.from[1], len(ob.st.hot), ob.st.dirty, len(ob.st.ready))
+		t.Logf("from %q %q hot %d dirty %d ready %d", ob.st.from[0], ob.st.from[1], len(ob.st.hot), len(ob.st.dirty), len(ob.st.ready))
 		for _, p := range ps {
 			h := ob.st.hot[p.ID]
 			t.Logf("pending %s next %v enq %d hot %v", p.ID, p.NextAttemptAt, p.EnqueueSeq, h != nil)

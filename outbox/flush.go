@@ -253,9 +253,14 @@ func (o *Outbox) Flush(ctx context.Context) error {
 
 // flushed is one entry a flush writes rows for.
 type flushed struct {
-	h   *hotEntry
-	id  string
-	row rowRef // its state's row at the watermark
+	h      *hotEntry
+	id     string
+	enq    uint64
+	before rowRef // the rows it has
+	row    rowRef // its state's row at the watermark
+	target *ver   // the record of that state
+	key    []byte // the row's key, when it has one
+	lowers bool   // its row may lower the mark's scan starts
 }
 
 // flush: see Flush. Records the Outbox has not seen up to the probe (the
@@ -277,73 +282,91 @@ func (o *Outbox) flush(ctx context.Context) error {
 		}
 	}
 
+	// Under o.mu only what memory says: which entries, which rows, which
+	// records. The keys and values are built after.
 	o.mu.Lock()
 	W := o.flushPoint()
 	var plan []flushed
-	var entries []engine.Entry
-	// The mark's scan starts: the claims' own, or the row at W of an entry
-	// in memory or reserved, whichever is first.
-	from := o.st.from
-	lower := func(kind byte, key []byte) {
-		if i := fromIdx(kind); from[i] != nil && bytes.Compare(key, from[i]) < 0 {
-			from[i] = key
-		}
-	}
+	// The mark's scan starts are the claims' own, or the row at W of an
+	// entry changed since the mark, or of a reserved one, whichever is
+	// first. (An entry in memory and unchanged has its row at or after
+	// them: a claim's scan passes only rows it takes, reserves or finds
+	// changed, and the flush that left the entry unchanged moved them back
+	// to its row.)
+	var low []rowKey
 	for _, r := range o.st.reservedRows {
-		lower(r.kind, r.key)
+		low = append(low, r)
 	}
-	for id, h := range o.st.hot {
-		at := h.rows
-		var target *ver
+	for id, h := range o.st.dirty {
+		f := flushed{h: h, id: id, enq: h.cur.EnqueueSeq, before: h.rows, row: h.rows}
 		for i := range h.vers {
 			if h.vers[i].seq > W {
 				break
 			}
-			target = &h.vers[i]
-			at = target.row
+			f.target = &h.vers[i]
+			f.row = f.target.row
 		}
-		if c := rowKind(at.state); c == kindReady || c == kindLease {
-			lower(c, o.k.row(c, at.at, h.cur.EnqueueSeq, id))
+		plan = append(plan, f)
+	}
+	m := mark{w: W, counts: o.st.countsAt(W), from: o.st.from}
+	o.mu.Unlock()
+
+	var entries []engine.Entry
+	flushing := 0
+	for i := range plan {
+		f := &plan[i]
+		c := rowKind(f.row.state)
+		if c != 0 {
+			f.key = o.k.row(c, f.row.at, f.enq, f.id)
+			if c != kindDead {
+				low = append(low, rowKey{kind: c, key: f.key})
+			}
 		}
-		if target == nil {
-			continue
+		if f.target == nil {
+			continue // all its records are past W: its rows stay
 		}
-		plan = append(plan, flushed{h: h, id: id, row: at})
-		enq := h.cur.EnqueueSeq
-		if c := rowKind(h.rows.state); c != 0 && !sameRow(at, h.rows) {
-			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypeDelete, Key: o.k.row(c, h.rows.at, enq, id)})
+		flushing++
+		if b := rowKind(f.before.state); b != 0 && !sameRow(f.row, f.before) {
+			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypeDelete, Key: o.k.row(b, f.before.at, f.enq, f.id)})
 		}
 		// The row's value is the record: put even a row whose key stays.
-		if c := rowKind(at.state); c != 0 {
-			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.row(c, at.at, enq, id), Value: rowValue(target.rc, target.val)})
+		if f.key != nil {
+			entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: f.key, Value: rowValue(f.target.rc, f.target.val)})
 		}
 	}
-	if len(plan) == 0 {
-		o.mu.Unlock()
+	if flushing == 0 {
 		return nil
 	}
-	m := mark{w: W, counts: o.st.countsAt(W), from: from}
-	o.mu.Unlock()
+	for _, r := range low {
+		if i := fromIdx(r.kind); m.from[i] != nil && bytes.Compare(r.key, m.from[i]) < 0 {
+			m.from[i] = r.key
+		}
+	}
 	entries = append(entries, engine.Entry{Anchor: o.anchor, Type: segment.TypePut, Key: o.k.mark(), Value: o.k.encodeMark(m)})
 	rs, err := o.db.AppendBatch(ctx, entries, o.wopts...)
 	if err != nil {
 		return err
 	}
 	o.mu.Lock()
-	for _, f := range plan {
+	for i := range plan {
+		f := &plan[i]
+		if f.target == nil {
+			continue
+		}
 		h := f.h
 		h.rows = f.row
 		// Its row may be live again behind the claims' scans.
-		if c := rowKind(f.row.state); c == kindReady || c == kindLease {
-			o.st.rewind(c, o.k.row(c, f.row.at, h.cur.EnqueueSeq, f.id))
+		if f.key != nil && (f.row.state == StatePending || f.row.state == StateInflight) {
+			o.st.rewind(rowKind(f.row.state), f.key)
 		}
-		i := 0
-		for i < len(h.vers) && h.vers[i].seq <= W {
-			i++
+		j := 0
+		for j < len(h.vers) && h.vers[j].seq <= W {
+			j++
 		}
-		h.vers = h.vers[i:]
+		h.vers = h.vers[j:]
 		if len(h.vers) == 0 {
-			o.st.dirty--
+			delete(o.st.dirty, f.id)
+			o.st.clean[f.id] = h
 		}
 	}
 	for _, r := range rs {
@@ -365,14 +388,11 @@ func (o *Outbox) flush(ctx context.Context) error {
 	}
 	o.mu.Lock()
 	o.st.probe = info.Records
-	for id, h := range o.st.hot {
-		if len(h.vers) == 0 && h.seq <= W && !o.st.reserved[id] {
+	for id, h := range o.st.clean {
+		if h.seq <= W && !o.st.reserved[id] {
 			delete(o.st.hot, id)
+			delete(o.st.clean, id)
 		}
-	}
-	o.st.ready, o.st.leases, o.st.dead = o.st.ready[:0], o.st.leases[:0], o.st.dead[:0]
-	for id, h := range o.st.hot {
-		o.st.pushItem(id, h)
 	}
 	o.mu.Unlock()
 	return nil
@@ -396,8 +416,9 @@ func (o *Outbox) flushPoint() uint64 {
 		size int
 	}
 	var fs []first
-	for id, h := range o.st.hot {
-		if len(h.vers) == 0 || h.vers[0].seq > o.st.contig {
+	total := 4096 // the mark
+	for id, h := range o.st.dirty {
+		if h.vers[0].seq > o.st.contig {
 			continue
 		}
 		big := 0
@@ -410,9 +431,13 @@ func (o *Outbox) flushPoint() uint64 {
 		// A delete and a put of its row, the latter holding a record.
 		size := 2*(len(o.k.prefix)+1+16+len(id)+engine.RecordOverhead) + rowValueHeader + big
 		fs = append(fs, first{h.vers[0].seq, size})
+		total += size
+	}
+	if total <= maxFlushBytes && len(fs) <= maxFlushEntries {
+		return o.st.contig
 	}
 	sort.Slice(fs, func(i, j int) bool { return fs[i].seq < fs[j].seq })
-	total := 4096 // the mark
+	total = 4096
 	for i, f := range fs {
 		total += f.size
 		if i > 0 && (total > maxFlushBytes || i >= maxFlushEntries) {
@@ -494,7 +519,8 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 		return err
 	}
 	last := rs[len(rs)-1].Seq
-	o.st = state{hot: map[string]*hotEntry{}, reserved: map[string]bool{}, reservedRows: map[string]rowKey{}, ahead: map[uint64]delta{},
+	o.st = state{hot: map[string]*hotEntry{}, dirty: map[string]*hotEntry{}, clean: map[string]*hotEntry{},
+		reserved: map[string]bool{}, reservedRows: map[string]rowKey{}, ahead: map[uint64]delta{},
 		counts: c, mark: m, contig: last, maxSeen: last, probe: last}
 	return nil
 }

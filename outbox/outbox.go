@@ -75,7 +75,7 @@ type Outbox struct {
 
 	// mu guards st, the in-memory projection. It is never held across an
 	// engine call.
-	mu sync.Mutex
+	mu sync.RWMutex
 	st state
 
 	notifyCh chan struct{} // a pending entry may have become claimable
@@ -89,8 +89,11 @@ type Outbox struct {
 // (and, until the index has applied them, those it flushed), the heaps
 // that order them, the counts, and which records of the anchor it has seen.
 type state struct {
-	hot      map[string]*hotEntry
-	dirty    int             // hot entries with records past the mark
+	hot map[string]*hotEntry
+	// dirty holds the entries in memory with records past the mark; clean
+	// the others, which a flush forgets once the index has applied them.
+	dirty    map[string]*hotEntry
+	clean    map[string]*hotEntry
 	ready    itemHeap        // pending entries in memory, by next_attempt_at
 	leases   itemHeap        // inflight ones, by lease expiry
 	dead     itemHeap        // dead ones, by dead_at
@@ -283,6 +286,7 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 		o.wopts = []engine.WriteOption{engine.WithNoSync(true)}
 	}
 	o.st.hot = map[string]*hotEntry{}
+	o.st.dirty, o.st.clean = map[string]*hotEntry{}, map[string]*hotEntry{}
 	o.st.reserved = map[string]bool{}
 	o.st.reservedRows = map[string]rowKey{}
 	o.st.ahead = map[uint64]delta{}
@@ -397,7 +401,8 @@ func (st *state) apply(id string, rc engine.Receipt, val []byte, e *Entry, prev 
 		return
 	}
 	if len(h.vers) == 0 {
-		st.dirty++
+		st.dirty[id] = h
+		delete(st.clean, id)
 	}
 	h.vers = append(h.vers, ver{seq: seq, row: e.rowRef(), rc: rc, val: val})
 	h.cur, h.seq = e, seq
@@ -405,6 +410,18 @@ func (st *state) apply(id string, rc engine.Receipt, val []byte, e *Entry, prev 
 }
 
 func (st *state) pushItem(id string, h *hotEntry) {
+	// The heaps keep stale items until they come to the top: rebuild them
+	// from what is in memory when they hold more than twice that.
+	if n := len(st.ready) + len(st.leases) + len(st.dead); n > 2*len(st.hot)+1024 {
+		st.ready, st.leases, st.dead = st.ready[:0], st.leases[:0], st.dead[:0]
+		for id, h := range st.hot {
+			st.pushOne(id, h)
+		}
+	}
+	st.pushOne(id, h)
+}
+
+func (st *state) pushOne(id string, h *hotEntry) {
 	e := h.cur
 	switch e.State {
 	case StatePending:
@@ -481,7 +498,7 @@ func (o *Outbox) commit(ctx context.Context, ws []write) error {
 		}
 		wake = wake || e.State == StatePending
 	}
-	over := o.st.dirty >= o.opts.FlushEntries
+	over := len(o.st.dirty) >= o.opts.FlushEntries
 	o.mu.Unlock()
 	if wake {
 		o.wake()
@@ -509,13 +526,13 @@ func (o *Outbox) wake() {
 // apply everything acknowledged). The caller holds id's lock, so nothing
 // changes it meanwhile. The Entry returned is shared: do not change it.
 func (o *Outbox) lookup(ctx context.Context, id string) (*Entry, bool, error) {
-	o.mu.Lock()
+	o.mu.RLock()
 	if h := o.st.hot[id]; h != nil {
 		e := h.cur
-		o.mu.Unlock()
+		o.mu.RUnlock()
 		return e, true, nil
 	}
-	o.mu.Unlock()
+	o.mu.RUnlock()
 	v, err := o.db.GetApplied(ctx, o.k.entry(id))
 	if errors.Is(err, engine.ErrNotFound) {
 		if v.Deleted {

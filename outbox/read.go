@@ -283,7 +283,7 @@ func (o *Outbox) Stats(ctx context.Context) (Stats, error) {
 	hotPending, hotDead := int64(-1), int64(-1)
 	o.mu.Lock()
 	c := o.st.counts
-	s.Watermark, s.Unflushed = o.st.mark.w, o.st.dirty
+	s.Watermark, s.Unflushed = o.st.mark.w, len(o.st.dirty)
 	rFrom, lFrom := o.st.scanFrom(kindReady), o.st.scanFrom(kindLease)
 	if it := o.st.topValid(&o.st.ready, StatePending); it != nil {
 		hotPending = it.at
