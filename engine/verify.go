@@ -110,6 +110,10 @@ type Finding struct {
 // Error returns the finding as one line.
 func (f Finding) Error() string { return f.Err().Error() }
 
+// Unwrap returns the finding as a coded *Error, so errors.As reads a
+// finding's code as any error's.
+func (f Finding) Unwrap() error { return f.Err() }
+
 // Err returns the finding as a coded *Error.
 func (f Finding) Err() *Error {
 	return (&errs.Error{Code: f.Code, Message: f.Message}).At(f.Anchor, f.Seq, f.File, f.Offset)
