@@ -326,7 +326,7 @@ func (db *DB) sinceStats(anchor string, from uint64) (time.Time, uint64, error) 
 	}
 	var first time.Time
 	if rec, err := db.Record(context.Background(), anchor, from); err == nil {
-		first = time.Unix(0, rec.Time)
+		first = rec.Time
 	}
 	return first, bytes, ioErr(it.Error(), "read index")
 }

@@ -69,10 +69,28 @@ type MergedOptions struct {
 	After merge.Frontier
 }
 
+// Positioned is a record of the merged view with its 1-based position in
+// the merged order.
+type Positioned struct {
+	Pos uint64
+	Record
+}
+
 // Merged streams the merged view with global positions. Memory is a small
 // buffer per anchor, independent of the length of the logs. A yielded record
 // is the caller's to keep.
-func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Positioned, error] {
+func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[Positioned, error] {
+	return func(yield func(Positioned, error) bool) {
+		for p, err := range db.merged(ctx, opts) {
+			if !yield(Positioned{Pos: p.Pos, Record: newRecord(&p.Record)}, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// merged is Merged in the codec's form.
+func (db *DB) merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Positioned, error] {
 	return func(yield func(merge.Positioned, error) bool) {
 		if err := db.beginRead(ctx); err != nil {
 			yield(merge.Positioned{}, err)
@@ -236,7 +254,7 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 // view at a frontier (nil: the current one) and its size: two databases with
 // the same records have the same root.
 func (db *DB) MergedRoot(ctx context.Context, f merge.Frontier) (segment.Hash, uint64, error) {
-	return merge.Root(db.Merged(ctx, MergedOptions{Frontier: f}))
+	return merge.Root(db.merged(ctx, MergedOptions{Frontier: f}))
 }
 
 // GetAt returns the value of key in the state at frontier f: the last put or

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"math"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
@@ -12,13 +13,80 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Version is one version of a key: its value and the receipt of the record
-// that wrote it.
+// Hash is a BLAKE3-256 hash as anchordb prints it ("blake3:<64 hex>"): a
+// record's hash, a tree root.
+type Hash = segment.Hash
+
+// Record is one record of an anchor's log, whole: what Record, Log, History
+// and Merged return, each read from its segment (or the copy a compaction
+// kept) and checked against its hash. Its fields are the record shape of
+// the JSON the CLI prints.
+//
+// Get, GetAt, Scan, ScanRange and Versions return a Version instead: what
+// the index alone holds of a key's version (its value, time and receipt),
+// answered without reading the segment — most Gets read one index row. A
+// record's PrevHash, IdempotencyKey and an event's fields are only in the
+// segment; db.Record(ctx, v.Anchor, v.Seq) reads the whole record of a
+// Version.
+type Record struct {
+	Anchor  string
+	Seq     uint64
+	Counter uint64
+	// Time is the record time, in UTC (nanoseconds are kept: the log
+	// stores Unix nanoseconds).
+	Time time.Time
+	// Type is "put", "delete" or an event's type.
+	Type string
+	// Key is empty for an event without one.
+	Key []byte
+	// Value is a put's value or an event's payload; empty for a delete.
+	Value []byte
+	// IdempotencyKey is empty when the append carried none.
+	IdempotencyKey []byte
+	// PrevHash is the hash of the record before it (seq 1: the anchor's
+	// genesis hash).
+	PrevHash Hash
+	// Hash is the record's hash, which covers every field above.
+	Hash Hash
+}
+
+// Receipt returns the record's receipt (Duplicate false).
+func (r *Record) Receipt() Receipt {
+	return Receipt{Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Hash: r.Hash}
+}
+
+// IsEvent reports whether the record is an event: a type other than put and
+// delete, with no key-value effect.
+func (r *Record) IsEvent() bool { return !r.segment().IsKV() }
+
+// ComputeHash recomputes the record's hash from its fields (the canonical
+// encoding of docs/FORMAT.md §3.1): Hash, for an intact record.
+func (r *Record) ComputeHash() Hash { return r.segment().ComputeHash() }
+
+// segment returns r in the segment codec's form.
+func (r *Record) segment() *segment.Record {
+	return &segment.Record{Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Time: r.Time.UnixNano(), Type: r.Type,
+		Key: r.Key, Value: r.Value, IdempotencyKey: r.IdempotencyKey, PrevHash: r.PrevHash, Hash: r.Hash}
+}
+
+// newRecord returns r, a record the caller owns, as a Record.
+func newRecord(r *segment.Record) Record {
+	return Record{Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Time: recordTime(r.Time), Type: r.Type,
+		Key: r.Key, Value: r.Value, IdempotencyKey: r.IdempotencyKey, PrevHash: r.PrevHash, Hash: r.Hash}
+}
+
+// recordTime is a record time (Unix nanoseconds) as a time.Time in UTC.
+func recordTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// Version is one version of a key as the index holds it: its value (none
+// for a delete, with Deleted set), the record's time, and the receipt of
+// the record that wrote it. See Record for why reads of a key return
+// Versions and reads of a log Records.
 type Version struct {
 	Key     []byte
 	Value   []byte
 	Deleted bool
-	Time    int64 // the record time, Unix nanoseconds
+	Time    time.Time // the record time, in UTC
 	Receipt
 }
 
@@ -84,7 +152,7 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 	if err != nil {
 		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
 	}
-	out := Version{Key: key, Deleted: ve.Type == verDelete, Time: ve.Time,
+	out := Version{Key: key, Deleted: ve.Type == verDelete, Time: recordTime(ve.Time),
 		Receipt: Receipt{Anchor: anchor, Seq: ve.Seq, Counter: counter, Hash: ve.Hash}}
 	switch {
 	case out.Deleted:
@@ -101,34 +169,37 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 }
 
 // History returns every version of key in merged order, oldest first, as the
-// records that wrote them.
-func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record, error] {
-	return func(yield func(segment.Record, error) bool) {
+// records that wrote them (Versions returns the same without reading whole
+// records). A version whose record a compaction removed, where only the
+// index's copy of the version is left (an index rebuilt from a snapshot),
+// comes without its PrevHash and IdempotencyKey (zero).
+func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
 		if err := db.beginRead(ctx); err != nil {
-			yield(segment.Record{}, err)
+			yield(Record{}, err)
 			return
 		}
 		defer db.endRead()
 		it, err := db.versionRows(db.index, key)
 		if err != nil {
-			yield(segment.Record{}, err)
+			yield(Record{}, err)
 			return
 		}
 		defer it.Close()
 		// Versions are stored newest first; history reads them backwards.
 		for ok := it.Last(); ok; ok = it.Prev() {
 			if err := ctx.Err(); err != nil {
-				yield(segment.Record{}, err)
+				yield(Record{}, err)
 				return
 			}
 			_, counter, anchor, err := parseVersionKey(it.Key())
 			if err != nil {
-				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
+				yield(Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
 				return
 			}
 			ve, err := decodeVersionEntry(it.Value())
 			if err != nil {
-				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
+				yield(Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
 				return
 			}
 			rec, err := db.readVersionFrame(ctx, anchor, counter, &ve)
@@ -142,12 +213,12 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 					rec.Type, rec.Value = segment.TypeDelete, nil
 				}
 			}
-			if !yield(rec, err) || err != nil {
+			if !yield(newRecord(&rec), err) || err != nil {
 				return
 			}
 		}
 		if err := it.Error(); err != nil {
-			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+			yield(Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 		}
 	}
 }
@@ -241,12 +312,23 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 }
 
 // Record returns record seq of the anchor, read from its segment and checked
-// against its hash.
-func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
+// against its hash. A record a compaction removed is the copy it kept (a
+// key's last record in the removed segment), or STATE_003.
+func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (Record, error) {
 	if err := db.beginRead(ctx); err != nil {
-		return segment.Record{}, err
+		return Record{}, err
 	}
 	defer db.endRead()
+	rec, err := db.record(ctx, anchor, seq)
+	if err != nil {
+		return Record{}, err
+	}
+	return newRecord(&rec), nil
+}
+
+// record is Record in the codec's form, for a caller that holds the read
+// gate.
+func (db *DB) record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
 	// An illegal id is bad input, not a record that is missing (yet).
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return segment.Record{}, err
@@ -263,16 +345,18 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 
 // Log returns the anchor's records with from <= seq <= to, in seq order. A to
 // of 0 means through the last record.
-func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[segment.Record, error] {
-	return func(yield func(segment.Record, error) bool) {
+func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
 		if err := db.beginRead(ctx); err != nil {
-			yield(segment.Record{}, err)
+			yield(Record{}, err)
 			return
 		}
 		defer db.endRead()
 		fr := db.newFrameReader(anchor)
 		defer fr.close()
-		db.logRange(ctx, anchor, from, to, fr, yield)
+		db.logRange(ctx, anchor, from, to, fr, func(rec segment.Record, err error) bool {
+			return yield(newRecord(&rec), err)
+		})
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/segment"
@@ -85,7 +86,7 @@ func TestFormatTime(t *testing.T) {
 		1769860800000000001: "2026-01-31T12:00:00.000000001Z",
 		1769860800500000000: "2026-01-31T12:00:00.500000000Z",
 	} {
-		if got := formatTime(ns); got != want {
+		if got := formatTime(time.Unix(0, ns)); got != want {
 			t.Errorf("formatTime(%d) = %s, want %s", ns, got, want)
 		}
 	}

@@ -386,8 +386,8 @@ func demoEntry(rng *rand.Rand, cfg demoConfig, round, w, i int) engine.Entry {
 // reads checks. It returns an error only when reading fails outright.
 func (d *demo) checkAll(suffix string) error {
 	ctx := d.e.ctx
-	logs := make(map[string][]segment.Record)
-	var all []segment.Record
+	logs := make(map[string][]engine.Record)
+	var all []engine.Record
 	var chainProblems []string
 	heads := 0
 	for info, err := range d.db.Anchors(ctx) {
@@ -395,7 +395,7 @@ func (d *demo) checkAll(suffix string) error {
 			return err
 		}
 		heads++
-		var recs []segment.Record
+		var recs []engine.Record
 		prev := segment.GenesisHash(info.ID)
 		var lastCounter uint64
 		for rec, err := range d.db.Log(ctx, info.ID, 1, 0) {
@@ -454,15 +454,15 @@ func (d *demo) checkAll(suffix string) error {
 		fmt.Sprintf("%d receipts match their records", len(d.writes))))
 
 	var readProblems []string
-	slices.SortFunc(all, merge.Compare)
+	slices.SortFunc(all, compareMerged)
 	for i := 1; i < len(all); i++ {
 		if all[i].Counter == all[i-1].Counter {
 			readProblems = append(readProblems, fmt.Sprintf("counter %d is shared by %s #%d and %s #%d", all[i].Counter, all[i-1].Anchor, all[i-1].Seq, all[i].Anchor, all[i].Seq))
 		}
 	}
-	last := make(map[string]segment.Record)
+	last := make(map[string]engine.Record)
 	for _, rec := range all {
-		if rec.IsKV() {
+		if !rec.IsEvent() {
 			last[string(rec.Key)] = rec
 		}
 	}
@@ -561,4 +561,10 @@ func (d *demo) print() {
 		e.out.linef("%s%s  %-28s %s", label, status, c.Name, c.Detail)
 	}
 	e.out.linef("  result    %s", result)
+}
+
+// compareMerged orders records by the merged order: (counter, anchor id
+// bytes).
+func compareMerged(a, b engine.Record) int {
+	return merge.CompareKeys(a.Counter, a.Anchor, b.Counter, b.Anchor)
 }

@@ -66,7 +66,7 @@ func (d *demo) mergePhase() {
 	var ps []string
 	b := merge.NewRootBuilder()
 	var n uint64
-	var prev segment.Record
+	var prev engine.Record
 	start := time.Now()
 	for p, err := range d.db.Merged(ctx, engine.MergedOptions{Frontier: f}) {
 		if err != nil {
@@ -78,14 +78,14 @@ func (d *demo) mergePhase() {
 		switch {
 		case p.Pos != n:
 			ps = append(ps, fmt.Sprintf("record %d has position %d", n, p.Pos))
-		case n > 1 && merge.Compare(prev, rec) >= 0:
+		case n > 1 && compareMerged(prev, rec) >= 0:
 			ps = append(ps, fmt.Sprintf("position %d (%s #%d counter %d) does not follow (%s #%d counter %d)",
 				p.Pos, rec.Anchor, rec.Seq, rec.Counter, prev.Anchor, prev.Seq, prev.Counter))
 		case !f.Contains(rec.Anchor, rec.Seq):
 			ps = append(ps, fmt.Sprintf("position %d (%s #%d) is outside the frontier", p.Pos, rec.Anchor, rec.Seq))
 		}
 		b.Append(rec.Hash)
-		prev = segment.Record{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter}
+		prev = engine.Record{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter}
 		if len(ps) > 10 {
 			break
 		}
