@@ -242,7 +242,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 // the snapshot files the audit log records as removed (leftovers), and
 // those it does not record at all (unvouched).
 func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, countedSnapshots, error) {
-	in := snapshot.PlanInput{Policy: policy, Now: now}
+	in := snapshot.PlanInput{Policy: policy, Now: now, SegmentSize: db.opts.SegmentSize}
 	// NB: only a snapshot the database wrote may steer what is deleted.
 	// Counted, a well-formed file dropped in with the log's frontier (its
 	// hashes are unkeyed) stood as the newest: no trigger fired,

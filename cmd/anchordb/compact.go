@@ -23,7 +23,11 @@ raw_log "truncate" record_cut and remove_segment for sealed segments wholly belo
 oldest kept snapshot and covered by the newest checkpoint the database stored itself,
 as its audit log records (SPEC §6: the cut lies in a signed tree; sign one with
 checkpoint create) — with the snapshots kept and notes on what is left alone, among them
-any other file in checkpoints/. With
+any other file in checkpoints/. A plan that does nothing of a kind says what holds it
+back: no trigger fired, the snapshots are within keep_snapshots, and for truncation no
+segment sealed yet (an anchor's segment is sealed when it reaches the segment size, 64 MiB
+unless the commands that append were given --segment-size), no snapshot yet to cut below,
+none wholly below the oldest kept one, or no checkpoint covering them. With
 --json the plan: {"policy_ref","now","actions":[{"action",…,"reason"}],"keep","notes"}.
 
 --apply carries the plan out: nothing is deleted before what replaces it is durable and

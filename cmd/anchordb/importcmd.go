@@ -64,8 +64,10 @@ idempotency key had been used for the same request (nothing appended), non-blank
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var batch int
 		var noSync bool
+		var segSize int64
 		fs.IntVar(&batch, "batch", 1000, "lines per atomic batch append")
 		fs.BoolVar(&noSync, "no-sync", false, "return from each batch once it reaches the OS, without waiting for the fsync")
+		segmentSizeFlag(fs, &segSize)
 		return func(e *env, args []string) error {
 			if batch < 1 || batch > 1<<20 {
 				return usagef("import", "--batch must be 1..%d", 1<<20)
@@ -78,7 +80,7 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			if err != nil {
 				return err
 			}
-			db, err := e.openOrCreate()
+			db, err := e.openOrCreate(segSize)
 			if err != nil {
 				return err
 			}

@@ -78,7 +78,7 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 			if err := os.WriteFile(path, tc.change(orig.Bytes()), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			db, err := e.openOrCreate()
+			db, err := e.openOrCreate(0)
 			if err != nil {
 				t.Fatal(err)
 			}

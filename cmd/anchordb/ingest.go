@@ -38,8 +38,10 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var from string
 		var anchors []string
+		var segSize int64
 		fs.StringVar(&from, "from", "", "the other anchordb database directory (required)")
 		fs.StringArrayVar(&anchors, "anchor", nil, "ingest only this anchor (repeatable; default: every anchor)")
+		segmentSizeFlag(fs, &segSize)
 		return func(e *env, _ []string) error {
 			if from == "" {
 				return usagef("ingest", "ingest needs --from DIR")
@@ -60,7 +62,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			if samePath(from, e.g.dir) {
 				return usagef("ingest", "--from names the database itself")
 			}
-			db, err := e.openOrCreate()
+			db, err := e.openOrCreate(segSize)
 			if err != nil {
 				return err
 			}

@@ -519,8 +519,9 @@ func isDatabase(dir string) error {
 
 // openOrCreate opens the database in --dir, creating a fresh one if there is
 // none: for the commands that write (put, del, append, import, ingest).
-func (e *env) openOrCreate() (*engine.DB, error) {
-	return e.openWith(engine.Options{})
+// segmentSize (0: the engine's default) is what their --segment-size says.
+func (e *env) openOrCreate(segmentSize int64) (*engine.DB, error) {
+	return e.openWith(engine.Options{SegmentSize: segmentSize})
 }
 
 func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
