@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"math"
 	"time"
@@ -344,7 +345,15 @@ func (db *DB) record(ctx context.Context, anchor string, seq uint64) (segment.Re
 }
 
 // Log returns the anchor's records with from <= seq <= to, in seq order. A to
-// of 0 means through the last record.
+// of 0 means through the last record; a from past the last yields nothing.
+//
+// After a truncating compaction the records it removed are gone from the
+// log but for the copies it kept (each key's last record in a removed
+// segment), which Log returns like any other. A run of records that is
+// gone yields, in its place, one STATE_003 *Error whose Seq is the run's
+// first seq and whose message names the run and the first seq from which
+// the log is held whole; a loop that goes on after it gets the records
+// after the run. An anchor the database does not hold is STATE_003.
 func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		if err := db.beginRead(ctx); err != nil {
@@ -352,17 +361,97 @@ func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2
 			return
 		}
 		defer db.endRead()
+		if err := segment.ValidateAnchorID(anchor); err != nil {
+			yield(Record{}, err)
+			return
+		}
+		if _, ok, err := db.anchorInfo(anchor); err != nil || !ok {
+			if err == nil {
+				err = errs.New(errs.CodeDependencyMissing, "anchor %q is not in the database", anchor).At(anchor, 0, "", 0)
+			}
+			yield(Record{}, err)
+			return
+		}
 		fr := db.newFrameReader(anchor)
 		defer fr.close()
-		db.logRange(ctx, anchor, from, to, fr, func(rec segment.Record, err error) bool {
-			return yield(newRecord(&rec), err)
+		var gone []uint64 // the run of removed seqs not yet reported: first, last
+		report := func() bool {
+			if gone == nil {
+				return true
+			}
+			e := db.goneRun(anchor, gone[0], gone[1])
+			gone = nil
+			return yield(Record{}, e)
+		}
+		stopped := false
+		db.logRange(ctx, anchor, from, to, fr, keptOrGone, func(rec segment.Record, err error) bool {
+			if err == nil && isGone(&rec) {
+				if gone == nil {
+					gone = []uint64{rec.Seq, rec.Seq}
+				}
+				gone[1] = rec.Seq
+				return true
+			}
+			if !report() {
+				stopped = true
+				return false
+			}
+			if err != nil {
+				stopped = !yield(Record{}, err)
+				return false
+			}
+			stopped = !yield(newRecord(&rec), nil)
+			return !stopped
 		})
+		if !stopped {
+			report()
+		}
 	}
 }
 
+// goneRun is the STATE_003 of records from..to of anchor, which a
+// compaction removed without keeping a copy.
+func (db *DB) goneRun(anchor string, from, to uint64) *errs.Error {
+	db.truncating.RLock()
+	first, err := db.cutOf(anchor)
+	db.truncating.RUnlock()
+	held := ""
+	if err == nil {
+		held = fmt.Sprintf("; the log is held whole from seq %d", first)
+	}
+	run := fmt.Sprintf("record %d", from)
+	if to > from {
+		run = fmt.Sprintf("records %d..%d", from, to)
+	}
+	return errs.New(errs.CodeDependencyMissing, "%s of anchor %q were removed by a compaction, which keeps of a removed segment only each key's last record%s",
+		run, anchor, held).At(anchor, from, "", 0)
+}
+
+// truncatedMode says what logRange yields for a record a compaction
+// removed (its index row says so: frame size 0).
+type truncatedMode int
+
+const (
+	// skipTruncated yields nothing for it: the log as the segments hold
+	// it, starting after the cut.
+	skipTruncated truncatedMode = iota
+	// keptOrGone yields the copy the compaction kept, or else a record
+	// that isGone: its anchor, seq, counter and hash (what the index row
+	// and the stub keep), no type.
+	keptOrGone
+	// hashesOnly yields the isGone record for every removed one, kept or
+	// not: what a merged-order root needs of it.
+	hashesOnly
+)
+
+// isGone reports whether r stands for a removed record (keptOrGone,
+// hashesOnly): every record has a type.
+func isGone(r *segment.Record) bool { return r.Type == "" }
+
 // logRange yields the anchor's records from..to (0: through the last)
-// through fr, which the caller closes (and may reuse).
-func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *frameReader, yield func(segment.Record, error) bool) {
+// through fr, which the caller closes (and may reuse); mode says what it
+// yields for a record a compaction removed.
+func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *frameReader, mode truncatedMode, yield func(segment.Record, error) bool) {
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		yield(segment.Record{}, err)
 		return
@@ -394,10 +483,24 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 			yield(segment.Record{}, err)
 			return
 		}
-		if row.Size == 0 {
+		var rec segment.Record
+		switch {
+		case row.Size != 0:
+			rec, err = fr.read(row.seq, row.seqEntry)
+			if mode != skipTruncated && errs.CodeOf(err) == errs.CodeDependencyMissing {
+				// Truncated since the row was read, and not kept.
+				rec, err = goneRecord(anchor, row), nil
+			}
+		case mode == skipTruncated:
 			continue // truncated by compaction: the log starts after it
+		case mode == hashesOnly:
+			rec = goneRecord(anchor, row)
+		default:
+			rec, err = db.retained(anchor, row.seq, row.Hash)
+			if errs.CodeOf(err) == errs.CodeDependencyMissing {
+				rec, err = goneRecord(anchor, row), nil
+			}
 		}
-		rec, err := fr.read(row.seq, row.seqEntry)
 		if !yield(rec, err) || err != nil {
 			return
 		}
@@ -405,6 +508,11 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 	if err := it.Error(); err != nil {
 		yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 	}
+}
+
+// goneRecord is the isGone record of a removed record's row.
+func goneRecord(anchor string, row seqRow) segment.Record {
+	return segment.Record{Anchor: anchor, Seq: row.seq, Counter: row.Counter, Hash: row.Hash}
 }
 
 // readVersionFrame reads the record of a version. A version row written by a
