@@ -168,6 +168,9 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	fs := opts.FS
+	if err := checkIsDir(fs, dir); err != nil {
+		return nil, err
+	}
 	made := missingDirs(fs, dir)
 	if err := mkdirAllSynced(fs, dir); err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
@@ -583,7 +586,7 @@ func (db *DB) startJournal() error {
 	w, err := journal.Create(db.fs, dir, gen, journal.Options{
 		Prealloc: max(db.opts.JournalPrealloc, 0),
 		PreallocFailed: func(gen uint64, err error) {
-			db.opts.Logger.Errorf("anchordb: journal %s: writing zeros ahead of its blocks failed (its fsyncs will grow the file from here): %v", journal.FileName(gen), err)
+			db.opts.Logger.Errorf("journal %s: writing zeros ahead of its blocks failed (its fsyncs will grow the file from here): %v", journal.FileName(gen), err)
 		},
 	})
 	if err != nil {
@@ -724,7 +727,7 @@ func (db *DB) fail(err error) error {
 	}
 	stopped := errs.Wrap(errs.CodeWriteFailed, e, "the database stopped accepting writes")
 	if db.failed.CompareAndSwap(nil, stopped) {
-		db.opts.Logger.Errorf("anchordb: %v", stopped)
+		db.opts.Logger.Errorf("%v", stopped)
 		db.vis.wake() // readers waiting for the applier wait no longer
 	}
 	return db.failed.Load()

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,31 @@ func flipByte(t *testing.T, fs vfs.FS, path string, off int64) {
 	b[0] ^= 0xff
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Open of a path that is a regular file, or under one, is INPUT_001 "not a
+// directory" and creates nothing: it was IO_001 about a lock file under it,
+// which sent the operator after the wrong thing.
+func TestOpenOfAFileIsNotADirectory(t *testing.T) {
+	fs := vfs.NewMem()
+	f, err := fs.Create("file", vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	for _, dir := range []string{"file", "file/db"} {
+		db, err := Open(dir, Options{FS: fs})
+		if err == nil {
+			_ = db.Close()
+			t.Fatalf("Open(%q) of a regular file succeeded", dir)
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Code != errs.CodeInvalidInput || !strings.Contains(e.Message, "not a directory") {
+			t.Errorf("Open(%q) of a regular file: %v, want INPUT_001 not a directory", dir, err)
+		}
+	}
+	if names, _ := fs.List(""); len(names) != 1 {
+		t.Errorf("Open of a file left %v", names)
 	}
 }

@@ -607,7 +607,7 @@ func (db *DB) markDamaged(a *anchor, e *errs.Error) {
 	b := db.index.NewBatch()
 	setDamageRows(b, a, head)
 	if err := b.Commit(pebble.NoSync); err != nil {
-		db.opts.Logger.Errorf("anchordb: record damage of %q: %v", a.id, err)
+		db.opts.Logger.Errorf("record damage of %q: %v", a.id, err)
 	}
 	_ = b.Close()
 	db.event(RecoveryEvent{Kind: EventDamaged, Anchor: a.id, File: e.File, Offset: e.Offset, Err: e})

@@ -248,7 +248,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err != nil {
 		g.json = jsonRequested(args)
-		return e.finish(usagef("", "%v", err))
+		return e.finish(usagef("", "%s", flagText(err)))
 	}
 	rest := pre.Args()
 	// Flags after the command are not parsed yet: an error about the command
@@ -289,7 +289,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err != nil {
 		g.json = jsonRequested(cmdArgs)
-		return e.finish(usagef(name, "%v", err))
+		return e.finish(usagef(name, "%s", flagText(err)))
 	}
 	g.dirSet = fs.Changed("dir")
 	if g.dirSet && g.dir == "" {
@@ -508,6 +508,11 @@ func (e *env) open() (*engine.DB, error) {
 // its anchors directory), so that a command that only reads, a dry run or
 // a rebuild never creates one.
 func isDatabase(dir string) error {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return errs.New(errs.CodeInvalidInput, "--dir %s is not a directory", dir)
+	} else if errors.Is(err, syscall.ENOTDIR) {
+		return errs.New(errs.CodeInvalidInput, "--dir %s is not a directory: a part of its path is a file", dir)
+	}
 	if _, err := os.Stat(filepath.Join(dir, engine.IDFile)); err == nil {
 		return nil
 	}

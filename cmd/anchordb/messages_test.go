@@ -1,0 +1,89 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/anchordb/anchordb/segment"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// A --dir that names a regular file is INPUT_001 "not a directory", for
+// the commands that create a database and for those that read one: it was
+// IO_001 advising to remove a lock file under it.
+func TestDirThatIsAFileIsNotADirectory(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"put", "a", "k", "v"}, {"stats"}, {"verify"}, {"log", "a"},
+	} {
+		for _, dir := range []string{file, filepath.Join(file, "db")} {
+			r := runCLI(t, append(args, "--json", "--dir", dir)...)
+			wantCode(t, r, 2)
+			if e := errObj(t, r, "INPUT_001"); !strings.Contains(str(t, e, "message"), "not a directory") {
+				t.Errorf("%v --dir %s: %v", args, dir, r)
+			}
+		}
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "x" {
+		t.Errorf("the file was changed: %q %v", b, err)
+	}
+}
+
+// The engine's log lines reach stderr with one "anchordb: " in front, not
+// two: here the line that damage found by a read makes the anchor
+// read-only.
+func TestEngineLogLinesHaveOnePrefix(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	mustRun(t, "put", "a", "k", "v", "--dir", dir)
+	seg := filepath.Join(segment.AnchorDir(vfs.Default, dir, "a"), segment.FileName(1))
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff // the record's hash
+	if err := os.WriteFile(seg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "log", "a", "--dir", dir)
+	wantCode(t, r, 1)
+	if !strings.Contains(r.stderr, "read-only") {
+		t.Fatalf("no line says the anchor became read-only: %v", r)
+	}
+	if strings.Contains(r.stderr, "anchordb: anchordb:") {
+		t.Errorf("a doubled prefix: %v", r)
+	}
+}
+
+// A flag value or an import field that does not parse is said in words,
+// never in the text of the Go function that parsed it ("strconv.ParseUint:
+// parsing …: invalid syntax", a time layout string).
+func TestNoRawParserTexts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "db")
+	mustRun(t, "put", "a", "k", "v", "--dir", dir)
+	bad := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(bad, []byte(`{"anchor":"a","key":"k","value":"v","time":"yesterday"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	raw := regexp.MustCompile(`strconv|invalid syntax|value out of range|parsing time|2006-01-02T15`)
+	for _, args := range [][]string{
+		{"log", "a", "--from", "abc"},
+		{"log", "a", "--to", "-1"},
+		{"put", "a", "k", "v", "--counter", "99999999999999999999999"},
+		{"scan", "--limit", "x"},
+		{"verify", "--threads", "1.5"},
+		{"stats", "--json=maybe"},
+		{"import", bad},
+	} {
+		r := runCLI(t, append(args, "--dir", dir)...)
+		wantCode(t, r, 2)
+		if raw.MatchString(r.stderr) || !strings.Contains(r.stderr, "INPUT_001") {
+			t.Errorf("%v: %s", args, r.stderr)
+		}
+	}
+}
