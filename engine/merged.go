@@ -47,7 +47,7 @@ func (db *DB) checkFrontier(f merge.Frontier) error {
 			if ok {
 				have = info.Records
 			}
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %d records", f[id], id, have)
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, plural(have, "record"))
 			e.Anchor, e.Seq = id, f[id]
 			return e
 		}

@@ -65,8 +65,8 @@ func (db *DB) ProveRecord(ctx context.Context, anchor string, seq uint64, note [
 		return nil, errs.New(errs.CodeDependencyMissing, "the checkpoint of %s does not list anchor %q (create a newer checkpoint)", cp.Time.Format(time.RFC3339Nano), anchor).At(anchor, seq, "", 0)
 	}
 	if seq > entry.Size {
-		return nil, errs.New(errs.CodeDependencyMissing, "the checkpoint of %s lists %d records of anchor %q: record %d is not in it (create a newer checkpoint)",
-			cp.Time.Format(time.RFC3339Nano), entry.Size, anchor, seq).At(anchor, seq, "", 0)
+		return nil, errs.New(errs.CodeDependencyMissing, "the checkpoint of %s lists %s of anchor %q: record %d is not in it (create a newer checkpoint)",
+			cp.Time.Format(time.RFC3339Nano), plural(entry.Size, "record"), anchor, seq).At(anchor, seq, "", 0)
 	}
 	incl, err := db.ProveInclusion(ctx, anchor, seq, entry.Size)
 	if err != nil {

@@ -269,7 +269,7 @@ func whyNoCut(in PlanInput, kept []Info, create bool, note func(string, ...any))
 }
 
 // plural is "1 noun" or "n nouns".
-func plural(n int, noun string) string {
+func plural[N ~int | ~int64 | ~uint64 | ~uint32](n N, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
@@ -319,7 +319,7 @@ func triggers(p Policy, in PlanInput, usable []Info, plan *Plan) bool {
 	var fired, why []string
 	if n := p.Snapshot.EveryRecords; n > 0 && st.RecordsSinceSnapshot >= uint64(n) {
 		fired = append(fired, "every_records")
-		why = append(why, fmt.Sprintf("%d records since the newest snapshot (every_records=%d)", st.RecordsSinceSnapshot, n))
+		why = append(why, fmt.Sprintf("%s since the newest snapshot (every_records=%d)", plural(st.RecordsSinceSnapshot, "record"), n))
 	}
 	if n := p.Snapshot.EveryBytes; n > 0 && st.BytesSinceSnapshot >= uint64(n) {
 		fired = append(fired, "every_bytes")
@@ -338,8 +338,8 @@ func triggers(p Policy, in PlanInput, usable []Info, plan *Plan) bool {
 		if ageKnown {
 			ageText = age.Truncate(time.Second).String()
 		}
-		plan.Notes = append(plan.Notes, fmt.Sprintf("no snapshot trigger fired: %d records, %d bytes, age %s since the newest snapshot",
-			st.RecordsSinceSnapshot, st.BytesSinceSnapshot, ageText))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("no snapshot trigger fired: %s, %d bytes, age %s since the newest snapshot",
+			plural(st.RecordsSinceSnapshot, "record"), st.BytesSinceSnapshot, ageText))
 		return false
 	}
 	plan.Actions = append(plan.Actions, Action{Kind: ActionCreateSnapshot, Trigger: fired[0], Reason: strings.Join(why, "; ")})
@@ -404,7 +404,7 @@ func planCuts(segs []SealedSegment, kept []Info, checkpointed map[string]uint64,
 					a, len(c.segments)-n, checkpointed[a])
 			}
 			c.segments = c.segments[:n]
-			c.signed = fmt.Sprintf(" and by the newest checkpoint this database stored (%d records)", checkpointed[a])
+			c.signed = fmt.Sprintf(" and by the newest checkpoint this database stored (%s)", plural(checkpointed[a], "record"))
 		}
 		if len(c.segments) == 0 {
 			continue

@@ -136,6 +136,6 @@ func printCompaction(e *env, res engine.CompactionResult) {
 	if res.Created != nil {
 		created = "created " + res.Created.Name
 	}
-	e.out.linef("applied %d actions: %s, %d snapshots deleted, %d cuts recorded, %d segments removed (%s)",
-		len(res.Plan.Actions), created, deleted, cuts, removed, humanBytes(res.RemovedBytes))
+	e.out.linef("applied %s: %s, %s deleted, %s recorded, %s removed (%s)",
+		plural(len(res.Plan.Actions), "action"), created, plural(deleted, "snapshot"), plural(cuts, "cut"), plural(removed, "segment"), humanBytes(res.RemovedBytes))
 }

@@ -292,7 +292,7 @@ func (d *demo) write(round, n int) ([]demoWrite, time.Duration, error) {
 			case <-stopProgress:
 				return
 			case <-t.C:
-				prog.update("demo: round %d: %d/%d records written", round, done.Load(), total)
+				prog.update("demo: round %d: %d/%s written", round, done.Load(), plural(total, "record"))
 			}
 		}
 	}()
@@ -418,7 +418,7 @@ func (d *demo) checkAll(suffix string) error {
 			recs = append(recs, rec)
 		}
 		if uint64(len(recs)) != info.Records || (len(recs) > 0 && recs[len(recs)-1].Hash != info.HeadHash) {
-			chainProblems = append(chainProblems, fmt.Sprintf("%s: head is #%d %s, the log has %d records", info.ID, info.Records, info.HeadHash, len(recs)))
+			chainProblems = append(chainProblems, fmt.Sprintf("%s: head is #%d %s, the log has %s", info.ID, info.Records, info.HeadHash, plural(len(recs), "record")))
 		}
 		logs[info.ID] = recs
 		all = append(all, recs...)
@@ -430,10 +430,10 @@ func (d *demo) checkAll(suffix string) error {
 		}
 	}
 	if len(all) != appended {
-		chainProblems = append(chainProblems, fmt.Sprintf("the logs hold %d records, %d were acknowledged", len(all), appended))
+		chainProblems = append(chainProblems, fmt.Sprintf("the logs hold %s, %d were acknowledged", plural(len(all), "record"), appended))
 	}
 	d.add("chains"+suffix, len(chainProblems) == 0, problems(chainProblems,
-		fmt.Sprintf("%d anchors, %d records: seqs dense, prev_hash links, hashes recompute, counters increase", heads, len(all))))
+		fmt.Sprintf("%s, %s: seqs dense, prev_hash links, hashes recompute, counters increase", plural(heads, "anchor"), plural(len(all), "record"))))
 
 	var receiptProblems []string
 	for _, w := range d.writes {
@@ -451,7 +451,7 @@ func (d *demo) checkAll(suffix string) error {
 		}
 	}
 	d.add("receipts"+suffix, len(receiptProblems) == 0, problems(receiptProblems,
-		fmt.Sprintf("%d receipts match their records", len(d.writes))))
+		fmt.Sprintf("%s, each matching its record", plural(len(d.writes), "receipt"))))
 
 	var readProblems []string
 	slices.SortFunc(all, compareMerged)
@@ -498,7 +498,7 @@ func (d *demo) checkAll(suffix string) error {
 		readProblems = append(readProblems, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
 	}
 	d.add("merged reads"+suffix, len(readProblems) == 0, problems(readProblems,
-		fmt.Sprintf("%d keys (%d live): get and scan follow the merged order; counters unique", len(last), live)))
+		fmt.Sprintf("%s (%d live): get and scan follow the merged order; counters unique", plural(len(last), "key"), live)))
 	return nil
 }
 
@@ -526,25 +526,25 @@ func (d *demo) print() {
 		result = "FAILED"
 	}
 	if e.g.quiet {
-		e.out.linef("demo %s: %d records on %d anchors, %.0f records/s", result, r.Records, r.Anchors, r.RecordsPerSec)
+		e.out.linef("demo %s: %s on %s, %.0f records/s", result, plural(r.Records, "record"), plural(r.Anchors, "anchor"), r.RecordsPerSec)
 		return
 	}
 	where := r.Dir + " (removed; --keep keeps it)"
 	if r.Kept {
 		where = r.Dir + " (kept)"
 	}
-	e.out.linef("anchordb demo: %d writers × %d records on %d anchors, %s durability", r.Writers, r.RecordsPerWriter, r.AnchorsRequested, r.Durability)
+	e.out.linef("anchordb demo: %s × %s on %s, %s durability", plural(r.Writers, "writer"), plural(r.RecordsPerWriter, "record"), plural(r.AnchorsRequested, "anchor"), r.Durability)
 	e.out.linef("  database  %s", where)
-	e.out.linef("  write     %d records in %.3fs: %.0f records/s (%d idempotent retries answered from the index)",
-		r.Written, r.WriteSeconds, r.RecordsPerSec, r.Retries)
-	e.out.linef("  stored    %d anchors, %d records, %d segment files of up to %s, %s (index %s)",
-		r.Anchors, r.Records, r.Segments, humanBytes(r.SegmentSize), humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
+	e.out.linef("  write     %s in %.3fs: %.0f records/s (%s answered from the index)",
+		plural(r.Written, "record"), r.WriteSeconds, r.RecordsPerSec, plural(r.Retries, "idempotent retry", "idempotent retries"))
+	e.out.linef("  stored    %s, %s, %s of up to %s, %s (index %s)",
+		plural(r.Anchors, "anchor"), plural(r.Records, "record"), plural(r.Segments, "segment file"), humanBytes(r.SegmentSize), humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
 	if r.MergedRecords > 0 {
-		e.out.linef("  merge     %d records in merged order at %.0f records/s, root %s", r.MergedRecords, r.MergeRecordsPerSec, r.MergedRoot)
+		e.out.linef("  merge     %s in merged order at %.0f records/s, root %s", plural(r.MergedRecords, "record"), r.MergeRecordsPerSec, r.MergedRoot)
 	}
 	if len(r.Compactions) > 0 {
-		e.out.linef("  compact   %d runs around a second round of %d records: %d segments removed (%s)",
-			len(r.Compactions), r.SecondRoundRecords, r.SegmentsRemoved, humanBytes(r.RemovedBytes))
+		e.out.linef("  compact   %s around a second round of %s: %s removed (%s)",
+			plural(len(r.Compactions), "run"), plural(r.SecondRoundRecords, "record"), plural(r.SegmentsRemoved, "segment"), humanBytes(r.RemovedBytes))
 	}
 	if r.RebuildSeconds > 0 {
 		e.out.linef("  rebuild   index rebuilt from the snapshot in %.3fs", r.RebuildSeconds)

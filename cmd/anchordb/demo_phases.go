@@ -46,7 +46,7 @@ func (d *demo) verifyPhase(name string) {
 		ps = append(ps, fmt.Sprintf("%s %s anchor=%q seq=%d: %s", f.Code, f.Reason, f.Anchor, f.Seq, f.Message))
 	}
 	d.add(name, rep.OK && len(ps) == 0, problems(ps,
-		fmt.Sprintf("%d anchors, %d records, %s of segments: hashes, links, seals, index, trees, checkpoints", rep.Anchors, rep.Records, humanBytes(rep.Bytes))))
+		fmt.Sprintf("%s, %s, %s of segments: hashes, links, seals, index, trees, checkpoints", plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))))
 }
 
 // mergePhase streams the merged view at the current frontier and checks it
@@ -92,7 +92,7 @@ func (d *demo) mergePhase() {
 	}
 	elapsed := time.Since(start)
 	if n != f.Total() || n != size {
-		ps = append(ps, fmt.Sprintf("the stream has %d records, the frontier %d, the merged root covers %d", n, f.Total(), size))
+		ps = append(ps, fmt.Sprintf("the stream has %s, the frontier %d, the merged root covers %d", plural(n, "record"), f.Total(), size))
 	}
 	if got := b.Root(); got != root {
 		ps = append(ps, fmt.Sprintf("the streamed records hash to %s, MergedRoot says %s", got, root))
@@ -101,8 +101,8 @@ func (d *demo) mergePhase() {
 	if elapsed > 0 {
 		d.report.MergeRecordsPerSec = float64(n) / elapsed.Seconds()
 	}
-	d.add("merge", len(ps) == 0, problems(ps, fmt.Sprintf("%d records of %d anchors at positions 1..%d in (counter, anchor) order; root %s",
-		n, len(f.Anchors()), n, root)))
+	d.add("merge", len(ps) == 0, problems(ps, fmt.Sprintf("%s of %s at positions 1..%d in (counter, anchor) order; root %s",
+		plural(n, "record"), plural(len(f.Anchors()), "anchor"), n, root)))
 }
 
 // checkpointPhase signs a checkpoint with a fresh key, kept beside the
@@ -141,8 +141,8 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		ps = append(ps, "the signed note does not open with its verifier key: "+err.Error())
 	} else {
 		if cp.Root != created.Root || cp.Records != st.Records || cp.Anchors != st.Anchors {
-			ps = append(ps, fmt.Sprintf("the note says %d anchors, %d records, root %s; the database has %d anchors, %d records (root at creation %s)",
-				cp.Anchors, cp.Records, cp.Root, st.Anchors, st.Records, created.Root))
+			ps = append(ps, fmt.Sprintf("the note says %s, %s, root %s; the database has %s, %s (root at creation %s)",
+				plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, plural(st.Anchors, "anchor"), plural(st.Records, "record"), created.Root))
 		}
 		if body, err := engine.ParseCheckpointNote(msg); err != nil || body.Root != cp.Root {
 			ps = append(ps, fmt.Sprintf("the note's body parses to %v (%v)", body, err))
@@ -154,8 +154,8 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 			ps = append(ps, fmt.Sprintf("opening with another key gave %v, want AUTH_003", err))
 		}
 	}
-	d.add("checkpoint", len(ps) == 0, problems(ps, fmt.Sprintf("%d anchors, %d records, root %s: opens with %s.pub, not with another key",
-		created.Anchors, created.Records, created.Root, filepath.Base(prefix))))
+	d.add("checkpoint", len(ps) == 0, problems(ps, fmt.Sprintf("%s, %s, root %s: opens with %s.pub, not with another key",
+		plural(created.Anchors, "anchor"), plural(created.Records, "record"), created.Root, filepath.Base(prefix))))
 	if cp == nil {
 		return created
 	}
@@ -210,8 +210,8 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 	if proof.VerifyInclusionProof(&bad) == nil {
 		ps = append(ps, "a proof with a changed leaf verifies")
 	}
-	d.add("inclusion proof", len(ps) == 0, problems(ps, fmt.Sprintf("%s #%d in a tree of %d (%d hashes), and that tree in the checkpoint's frontier (%d hashes), verify offline against the signed root; a changed leaf does not",
-		w.Anchor, w.Seq, p.Size, len(p.Proof), len(fp.Proof))))
+	d.add("inclusion proof", len(ps) == 0, problems(ps, fmt.Sprintf("%s #%d in a tree of %d (%s), and that tree in the checkpoint's frontier (%s), verify offline against the signed root; a changed leaf does not",
+		w.Anchor, w.Seq, p.Size, plural(len(p.Proof), "hash", "hashes"), plural(len(fp.Proof), "hash", "hashes"))))
 }
 
 // snapshotPhase takes a snapshot and proves it by replay, and checks its
@@ -232,16 +232,16 @@ func (d *demo) snapshotPhase() {
 	var ps []string
 	total := frontierRecords(info.Frontier)
 	if !v.Replayed || v.ReplayedRecords != total || v.ReplayStateHash != info.StateHash {
-		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %d records, state %s; the file says %s (%s)",
-			v.Replayed, v.ReplayedRecords, total, v.ReplayStateHash, info.StateHash, v.Note))
+		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %s, state %s; the file says %s (%s)",
+			v.Replayed, v.ReplayedRecords, plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
 	}
 	want, live := modelStateHash(d.writes)
 	if want != info.StateHash || uint64(live) != info.Entries {
-		ps = append(ps, fmt.Sprintf("the snapshot holds %d keys with state %s; the acknowledged writes imply %d keys with state %s",
-			info.Entries, info.StateHash, live, want))
+		ps = append(ps, fmt.Sprintf("the snapshot holds %s with state %s; the acknowledged writes imply %s with state %s",
+			plural(info.Entries, "key"), info.StateHash, plural(live, "key"), want))
 	}
-	d.add("snapshot", len(ps) == 0, problems(ps, fmt.Sprintf("%s: %d keys, %s; replay of %d records proves state %s",
-		info.Name, info.Entries, humanBytes(info.Size), v.ReplayedRecords, info.StateHash)))
+	d.add("snapshot", len(ps) == 0, problems(ps, fmt.Sprintf("%s: %s, %s; replay of %s proves state %s",
+		info.Name, plural(info.Entries, "key"), humanBytes(info.Size), plural(v.ReplayedRecords, "record"), info.StateHash)))
 }
 
 // compactPhase applies a truncating policy three times, with a second round
@@ -312,7 +312,7 @@ func (d *demo) compactPhase() {
 	}
 	var runs []string
 	for _, c := range d.report.Compactions {
-		s := fmt.Sprintf("%d actions", c.Actions)
+		s := plural(c.Actions, "action")
 		if c.Created != "" {
 			s += ", 1 snapshot created"
 		}
@@ -320,12 +320,12 @@ func (d *demo) compactPhase() {
 			s += fmt.Sprintf(", %d deleted", c.SnapshotsDelete)
 		}
 		if c.SegmentsRemoved > 0 {
-			s += fmt.Sprintf(", %d segments (%s) removed", c.SegmentsRemoved, humanBytes(c.RemovedBytes))
+			s += fmt.Sprintf(", %s (%s) removed", plural(c.SegmentsRemoved, "segment"), humanBytes(c.RemovedBytes))
 		}
 		runs = append(runs, s)
 	}
-	d.add("compact", len(ps) == 0, problems(ps, fmt.Sprintf("keep 1, raw_log truncate; runs: [%s]; %d records written between the first two",
-		strings.Join(runs, "; "), d.report.SecondRoundRecords)))
+	d.add("compact", len(ps) == 0, problems(ps, fmt.Sprintf("keep 1, raw_log truncate; runs: [%s]; %s written between the first two",
+		strings.Join(runs, "; "), plural(d.report.SecondRoundRecords, "record"))))
 
 	d.checkState("state after compaction")
 	d.verifyPhase("verify after compaction")
@@ -361,7 +361,7 @@ func (d *demo) checkSnapshotsAndAudit() {
 		ps = append(ps, "audit log: "+err.Error())
 	}
 	d.add("snapshots and audit log", len(ps) == 0 && len(list) > 0, problems(ps,
-		fmt.Sprintf("%d kept: %s; audit log of %d lines verifies", len(list), strings.Join(kept, ", "), head.Lines)))
+		fmt.Sprintf("%d kept: %s; audit log of %s verifies", len(list), strings.Join(kept, ", "), plural(head.Lines, "line"))))
 }
 
 // checkRetries retries the first idempotent append on each anchor: each must
@@ -390,7 +390,7 @@ func (d *demo) checkRetries(name string) {
 			}
 		}
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%d retries of early idempotent appends answered with their original receipts", n)))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s of early idempotent appends answered with their original receipts", plural(n, "retry", "retries"))))
 }
 
 // demoSnapshot is what must survive a rebuild unchanged.
@@ -439,13 +439,13 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 		}
 	}
 	if len(after.heads) != len(s.heads) {
-		ps = append(ps, fmt.Sprintf("%d anchors before, %d after", len(s.heads), len(after.heads)))
+		ps = append(ps, fmt.Sprintf("%s before, %d after", plural(len(s.heads), "anchor"), len(after.heads)))
 	}
 	if after.root != s.root || after.size != s.size {
-		ps = append(ps, fmt.Sprintf("merged root %s over %d records before, %s over %d after", s.root, s.size, after.root, after.size))
+		ps = append(ps, fmt.Sprintf("merged root %s over %s before, %s over %d after", s.root, plural(s.size, "record"), after.root, after.size))
 	}
 	if after.state != s.state || after.keys != s.keys {
-		ps = append(ps, fmt.Sprintf("state %s of %d keys before, %s of %d after", s.state, s.keys, after.state, after.keys))
+		ps = append(ps, fmt.Sprintf("state %s of %s before, %s of %d after", s.state, plural(s.keys, "key"), after.state, after.keys))
 	}
 	return ps
 }
@@ -503,8 +503,8 @@ func (d *demo) rebuildPhase() {
 	} else {
 		ps = append(ps, before.diff(after)...)
 	}
-	d.add("rebuild", len(ps) == 0, problems(ps, fmt.Sprintf("from %s in %.3fs (%d segment files, %d stubs): %d heads, merged root and state of %d keys unchanged",
-		from, elapsed.Seconds(), plan.Segments, plan.Stubs, len(after.heads), after.keys)))
+	d.add("rebuild", len(ps) == 0, problems(ps, fmt.Sprintf("from %s in %.3fs (%s, %s): %s, merged root and state of %s unchanged",
+		from, elapsed.Seconds(), plural(plan.Segments, "segment file"), plural(plan.Stubs, "stub"), plural(len(after.heads), "head"), plural(after.keys, "key"))))
 	d.checkState("state after rebuild")
 	d.verifyPhase("verify after rebuild")
 	d.checkRetries("idempotency after rebuild")
@@ -551,7 +551,7 @@ func (d *demo) checkState(name string) {
 	if scanned != live {
 		ps = append(ps, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%d keys (%d live) as the %d acknowledged writes imply", len(last), live, len(d.writes))))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s (%d live) as the %d acknowledged writes imply", plural(len(last), "key"), live, len(d.writes))))
 }
 
 // modelState returns, for each key, the acknowledged write that decides it:

@@ -69,7 +69,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			bar := e.newProgress()
 			opts := engine.IngestOptions{Anchors: anchors}
 			if bar.on {
-				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%d records", done, total) }
+				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%s", done, plural(total, "record")) }
 			}
 			rep, err := db.Ingest(e.ctx, from, opts)
 			bar.done()
@@ -89,7 +89,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 						a.Had, a.Arrived, a.Appended, a.Head)
 				}
 			}
-			e.out.linef("ingested %d records on %d anchors from %s", rep.Appended, len(rep.Anchors), rep.From)
+			e.out.linef("ingested %s on %s from %s", plural(rep.Appended, "record"), plural(len(rep.Anchors), "anchor"), rep.From)
 			return nil
 		}
 	},

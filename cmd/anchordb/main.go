@@ -300,7 +300,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	pos := fs.Args()
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
-		return e.finish(usagef(name, "%s takes %s (got %d arguments)", name, argsWanted(cmd), len(pos)))
+		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), plural(len(pos), "argument")))
 	}
 	err = runCmd(e, pos)
 	return e.finish(err)

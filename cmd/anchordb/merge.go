@@ -123,7 +123,7 @@ func mergedRoot(e *env, db *engine.DB, f merge.Frontier) error {
 		e.out.json(mergedRootJSON{Root: root, Records: n, Frontier: f.Clone()})
 		return nil
 	}
-	e.out.linef("merged root %s over %d records of %d anchors", root, n, len(f.Anchors()))
+	e.out.linef("merged root %s over %s of %s", root, plural(n, "record"), plural(len(f.Anchors()), "anchor"))
 	return nil
 }
 
@@ -153,7 +153,7 @@ func checkFrontierKnown(ctx context.Context, db *engine.DB, f merge.Frontier) er
 			return err
 		}
 		if !ok || info.Records < f[id] {
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %d records", f[id], id, info.Records)
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, plural(info.Records, "record"))
 			e.Anchor, e.Seq = id, f[id]
 			return e
 		}

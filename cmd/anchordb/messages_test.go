@@ -87,3 +87,47 @@ func TestNoRawParserTexts(t *testing.T) {
 		}
 	}
 }
+
+// oneNouns matches a count of one with a plural noun: "1 records".
+var oneNouns = regexp.MustCompile(`(^|[^0-9.,])1 [a-z]+s\b`)
+
+// Counts of one read "1 writer", "1 record": the demo, import, ingest,
+// verify, snapshot, stats and merge --root said "1 writers", "imported 1
+// records".
+func TestCountsOfOneAreSingular(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "db")
+	line := filepath.Join(tmp, "one.jsonl")
+	if err := os.WriteFile(line, []byte(`{"anchor":"a","key":"k","value":"v"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(tmp, "other")
+	mustRun(t, "put", "b", "k2", "v", "--dir", other)
+	var out []string
+	for _, args := range [][]string{
+		{"demo", "--writers", "1", "--anchors", "1", "--records", "1", "--dir", filepath.Join(tmp, "demo")},
+		{"import", line, "--dir", dir},
+		{"verify", "--dir", dir},
+		{"ingest", "--from", other, "--anchor", "b", "--dir", dir},
+		{"snapshot", "create", "--dir", dir},
+		{"snapshot", "verify", "--dir", dir},
+		{"merge", "--root", "--frontier", "-", "--dir", dir},
+		{"stats", "--dir", dir},
+		{"rebuild-index", "--dir", dir},
+	} {
+		var r result
+		if args[0] == "merge" {
+			r = cli(t, []byte(`{"a":1}`), args)
+		} else {
+			r = mustRun(t, args...)
+		}
+		out = append(out, r.stdout)
+	}
+	for _, o := range out {
+		for _, l := range strings.Split(o, "\n") {
+			if m := oneNouns.FindString(l); m != "" {
+				t.Errorf("%q in %q", strings.TrimSpace(m), l)
+			}
+		}
+	}
+}

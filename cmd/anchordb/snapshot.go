@@ -136,8 +136,8 @@ func snapshotCreate(e *env, policyFile string) error {
 		return nil
 	}
 	if !e.g.quiet {
-		e.out.linef("snapshot %s: %d keys at a frontier of %d anchors and %d records, %s, state %s",
-			info.Name, info.Entries, len(info.Frontier), frontierRecords(info.Frontier), humanBytes(info.Size), info.StateHash)
+		e.out.linef("snapshot %s: %s at a frontier of %s and %s, %s, state %s",
+			info.Name, plural(info.Entries, "key"), plural(len(info.Frontier), "anchor"), plural(frontierRecords(info.Frontier), "record"), humanBytes(info.Size), info.StateHash)
 	} else {
 		e.out.linef("%s", info.Name)
 	}
@@ -303,11 +303,11 @@ func snapshotVerify(e *env, names []string) error {
 		}
 		switch {
 		case !v.Replayed:
-			e.out.linef("ok   %s: file and state hash verify (%d keys); %s", t.name, v.Info.Entries, v.Note)
+			e.out.linef("ok   %s: file and state hash verify (%s); %s", t.name, plural(v.Info.Entries, "key"), v.Note)
 		case v.Base != "":
-			e.out.linef("ok   %s: replay of %d records from base %s gives state %s%s", t.name, v.ReplayedRecords, v.Base, v.ReplayStateHash, unaudited)
+			e.out.linef("ok   %s: replay of %s from base %s gives state %s%s", t.name, plural(v.ReplayedRecords, "record"), v.Base, v.ReplayStateHash, unaudited)
 		default:
-			e.out.linef("ok   %s: replay of %d records from genesis gives state %s%s", t.name, v.ReplayedRecords, v.ReplayStateHash, unaudited)
+			e.out.linef("ok   %s: replay of %s from genesis gives state %s%s", t.name, plural(v.ReplayedRecords, "record"), v.ReplayStateHash, unaudited)
 		}
 	}
 	if status != exitOK {
