@@ -84,6 +84,7 @@ var commands = []*command{
 	statsCmd,
 	benchCmd,
 	demoCmd,
+	versionCmd,
 }
 
 func lookupCommand(name string) *command {
@@ -240,6 +241,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// Find the command: global flags may come first.
 	pre := newFlagSet("anchordb")
 	g.register(pre)
+	showVersion := pre.Bool("version", false, "print the version and exit (as the version command)")
 	pre.SetInterspersed(false)
 	err := pre.Parse(args)
 	if errors.Is(err, pflag.ErrHelp) {
@@ -249,6 +251,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if err != nil {
 		g.json = jsonRequested(args)
 		return e.finish(usagef("", "%s", flagText(err)))
+	}
+	if *showVersion {
+		printVersion(e)
+		return e.finish(nil)
 	}
 	rest := pre.Args()
 	// Flags after the command are not parsed yet: an error about the command
@@ -451,7 +457,7 @@ func mainUsage() string {
 	b.WriteString("2 usage, I/O or bad input.\n\n")
 	b.WriteString("SIGINT or SIGTERM stops a command cleanly (exit 2, IO_001 interrupted); a second one\n")
 	b.WriteString("while it stops exits at once (exit 2), leaving the database for the next open to recover.\n\n")
-	b.WriteString("Run 'anchordb help COMMAND' for a command's flags.\n")
+	b.WriteString("Run 'anchordb help COMMAND' for a command's flags; 'anchordb --version' is 'anchordb version'.\n")
 	return b.String()
 }
 

@@ -131,3 +131,34 @@ func TestCountsOfOneAreSingular(t *testing.T) {
 		}
 	}
 }
+
+// `anchordb version` and `anchordb --version` print the module and its
+// version as the build recorded them, and the format versions this build
+// writes and reads; no database is needed.
+func TestVersion(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "none")
+	text := mustRun(t, "version", "--dir", dir).stdout
+	if got := mustRun(t, "--version").stdout; got != text {
+		t.Fatalf("--version printed\n%s\nversion printed\n%s", got, text)
+	}
+	if !strings.HasPrefix(text, "anchordb github.com/anchordb/anchordb ") || !strings.Contains(text, "segment ") || !strings.Contains(text, "writes 2, reads 2") {
+		t.Fatalf("version:\n%s", text)
+	}
+	m := obj(t, mustRun(t, "--json", "--version").stdout)
+	if str(t, m, "module") != "github.com/anchordb/anchordb" || str(t, m, "version") == "" || !strings.HasPrefix(str(t, m, "go"), "go") {
+		t.Fatalf("version --json: %v", m)
+	}
+	formats := map[string]string{}
+	for _, f := range m["formats"].([]any) {
+		f := f.(map[string]any)
+		formats[str(t, f, "format")] = str(t, f, "writes")
+	}
+	for name, want := range map[string]string{"record": "1", "segment": "1", "stub": "1", "snapshot": "1", "index": "2", "policy": "v1"} {
+		if formats[name] != want {
+			t.Errorf("format %s writes %q, want %q (%v)", name, formats[name], want, formats)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("version made %s: %v", dir, err)
+	}
+}
