@@ -460,12 +460,12 @@ func (db *DB) initIndex() error {
 			// The replay loaded anchor heads the fast path would not
 			// update; a journal with records in it is a crash's aftermath,
 			// which the full replay is for.
-			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
-				"the journal holds records not yet settled: rebuilding by full replay")})
+			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned,
+				Note: "the journal holds records not yet settled: rebuilding by full replay"})
 		} else if db.opts.rebuildFromSnapshot && carriedDamage {
 			// The full replay is what leaves a damaged anchor's files alone.
-			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
-				"anchors were found damaged: rebuilding by full replay")})
+			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned,
+				Note: "anchors were found damaged: rebuilding by full replay"})
 		} else if db.opts.rebuildFromSnapshot {
 			switch err := db.rebuildFromSnapshot(context.Background()); {
 			case err == nil:

@@ -483,11 +483,7 @@ func (d *demo) rebuildPhase() {
 		case engine.EventStateFromSnapshot:
 			from = filepath.Base(ev.File)
 		case engine.EventFastRebuildAbandoned, engine.EventSnapshotSkipped, engine.EventDamaged:
-			msg := ev.Kind
-			if ev.Err != nil {
-				msg += ": " + ev.Err.Error()
-			}
-			ps = append(ps, msg)
+			ps = append(ps, ev.String())
 		}
 	}
 	if from == "" {
