@@ -54,6 +54,24 @@ func truncatedDB(t *testing.T) (db *DB, rootBefore Hash, sizeBefore uint64, befo
 	if err != nil || res.RemovedBytes == 0 {
 		t.Fatalf("compact: %v %s", err, res.Plan)
 	}
+	// What it freed is told net of the stubs it wrote in the segments' place.
+	var stubs int64
+	for _, a := range []string{"a", "b"} {
+		dir := segmentAnchorDir(fs, "db", a)
+		names, _ := fs.List(dir)
+		for _, n := range names {
+			if strings.HasSuffix(n, ".hashes") {
+				st, err := fs.Stat(fs.PathJoin(dir, n))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stubs += st.Size()
+			}
+		}
+	}
+	if stubs == 0 || res.StubBytes != stubs || res.NetBytes() != res.RemovedBytes-stubs {
+		t.Fatalf("compaction: %d bytes removed, %d of stubs written (the files hold %d), net %d", res.RemovedBytes, res.StubBytes, stubs, res.NetBytes())
+	}
 	if first, _ := db.firstPresent("a"); first < 100 {
 		t.Fatalf("anchor a cut at %d", first-1)
 	}

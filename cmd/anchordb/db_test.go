@@ -124,6 +124,16 @@ func TestDemo(t *testing.T) {
 	if len(checks) < 8 {
 		t.Fatalf("checks: %v", checks)
 	}
+	// The sizes are real: the index as Close leaves it (it read 4.6 KiB, the
+	// files of a running index whose rows were in memtables), and what the
+	// compactions freed net of the stubs they wrote.
+	if idx := num(t, m, "index_bytes"); idx < 60*240 {
+		t.Errorf("index_bytes %d for 240 records: less than their record rows alone", idx)
+	}
+	removed, stubs, net := num(t, m, "removed_bytes"), num(t, m, "stub_bytes"), num(t, m, "net_bytes")
+	if removed == 0 || stubs == 0 || net != removed-stubs {
+		t.Errorf("removed %d, stubs %d, net %d: want net = removed - stubs, both nonzero", removed, stubs, net)
+	}
 	for _, c := range checks {
 		if c.(map[string]any)["ok"] != true {
 			t.Fatalf("check failed: %v", c)

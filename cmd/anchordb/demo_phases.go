@@ -36,6 +36,7 @@ func (d *demo) laterPhases() {
 
 // verifyPhase runs the engine's full verify and adds its outcome as a check.
 func (d *demo) verifyPhase(name string) {
+	defer d.phases.step(name)()
 	rep, err := d.db.Verify(d.e.ctx, engine.VerifyOptions{})
 	if err != nil {
 		d.add(name, false, err.Error())
@@ -52,6 +53,7 @@ func (d *demo) verifyPhase(name string) {
 // mergePhase streams the merged view at the current frontier and checks it
 // against the merged root and the merged order.
 func (d *demo) mergePhase() {
+	defer d.phases.step("merge")()
 	ctx := d.e.ctx
 	f, err := d.db.Frontier(ctx)
 	if err != nil {
@@ -109,6 +111,7 @@ func (d *demo) mergePhase() {
 // database, and opens it with the verifier key. It returns the checkpoint
 // (nil if there is none).
 func (d *demo) checkpointPhase() *proof.Checkpoint {
+	defer d.phases.step("checkpoint")()
 	ctx := d.e.ctx
 	fail := func(err error) *proof.Checkpoint {
 		d.add("checkpoint", false, err.Error())
@@ -165,6 +168,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 // proofPhase proves one acknowledged record's inclusion at the checkpoint's
 // size and verifies the proof offline, from its JSON.
 func (d *demo) proofPhase(cp *proof.Checkpoint) {
+	defer d.phases.step("inclusion proof")()
 	if cp == nil || len(d.writes) == 0 {
 		d.add("inclusion proof", false, "no checkpoint to prove against")
 		return
@@ -217,6 +221,7 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 // snapshotPhase takes a snapshot and proves it by replay, and checks its
 // state hash against the state the acknowledged writes imply.
 func (d *demo) snapshotPhase() {
+	defer d.phases.step("snapshot")()
 	ctx := d.e.ctx
 	info, err := d.db.CreateSnapshot(ctx, "")
 	if err != nil {
@@ -260,6 +265,7 @@ func (d *demo) compactPhase() {
 	var ps []string
 	var planned int64
 	compact := func() bool {
+		defer d.phases.step(fmt.Sprintf("compaction %d", len(d.report.Compactions)+1))()
 		// A cut lies inside a signed checkpoint (SPEC §6): sign one of
 		// everything written so far with the demo's key first.
 		if d.skey != "" {
@@ -273,7 +279,7 @@ func (d *demo) compactPhase() {
 			ps = append(ps, fmt.Sprintf("compaction %d: %v", len(d.report.Compactions)+1, err))
 			return false
 		}
-		c := demoCompaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes}
+		c := demoCompaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes}
 		if res.Created != nil {
 			c.Created = res.Created.Name
 		}
@@ -289,6 +295,8 @@ func (d *demo) compactPhase() {
 		d.report.Compactions = append(d.report.Compactions, c)
 		d.report.SegmentsRemoved += c.SegmentsRemoved
 		d.report.RemovedBytes += c.RemovedBytes
+		d.report.StubBytes += c.StubBytes
+		d.report.NetBytes += res.NetBytes()
 		return true
 	}
 	ok := compact()
@@ -320,7 +328,7 @@ func (d *demo) compactPhase() {
 			s += fmt.Sprintf(", %d deleted", c.SnapshotsDelete)
 		}
 		if c.SegmentsRemoved > 0 {
-			s += fmt.Sprintf(", %s (%s) removed", plural(c.SegmentsRemoved, "segment"), humanBytes(c.RemovedBytes))
+			s += fmt.Sprintf(", %s (%s) removed for %s of stubs", plural(c.SegmentsRemoved, "segment"), humanBytes(c.RemovedBytes), humanBytes(c.StubBytes))
 		}
 		runs = append(runs, s)
 	}
@@ -335,6 +343,7 @@ func (d *demo) compactPhase() {
 
 // checkSnapshotsAndAudit verifies every kept snapshot and the audit log.
 func (d *demo) checkSnapshotsAndAudit() {
+	defer d.phases.step("snapshots and audit log")()
 	ctx := d.e.ctx
 	var ps, kept []string
 	list, err := d.db.Snapshots(ctx)
@@ -368,6 +377,7 @@ func (d *demo) checkSnapshotsAndAudit() {
 // come back as a duplicate with its original receipt, however long ago it
 // was written and whatever compaction did since.
 func (d *demo) checkRetries(name string) {
+	defer d.phases.step(name)()
 	var ps []string
 	n := 0
 	seen := map[string]bool{}
@@ -454,6 +464,7 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 // snapshot, and checks that heads, merged root and state are unchanged;
 // then verifies and retries again.
 func (d *demo) rebuildPhase() {
+	defer d.phases.step("rebuild")()
 	ctx := d.e.ctx
 	before, err := d.capture()
 	if err != nil {
@@ -513,6 +524,7 @@ func (d *demo) rebuildPhase() {
 // acknowledged writes imply (the last put or delete of each key in merged
 // order), whatever compaction removed from the logs.
 func (d *demo) checkState(name string) {
+	defer d.phases.step(name)()
 	ctx := d.e.ctx
 	last := modelState(d.writes)
 	var ps []string

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -162,6 +164,9 @@ func unsnapshottedText(s engine.Stats) string {
 // humanBytes renders a byte count in binary units.
 func humanBytes(n int64) string {
 	const unit = 1024
+	if n < 0 { // a difference: stubs larger than the segments they replace
+		return "-" + humanBytes(-n)
+	}
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
 	}
@@ -171,4 +176,30 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// netText says what a compaction freed: removed bytes less the stubs
+// written in their place, which can be more (small segments whose records
+// the stubs keep).
+func netText(n int64) string {
+	if n < 0 {
+		return humanBytes(-n) + " more than before"
+	}
+	return humanBytes(n) + " freed"
+}
+
+// dirBytes sums the sizes of the regular files under dir.
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	return n, err
 }
