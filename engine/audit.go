@@ -284,7 +284,7 @@ func (db *DB) auditedSnapshotsUpTo(head uint64) (created map[string]snapshot.Aud
 					delete(removed, it.Name)
 				}
 			}
-		case string(snapshot.ActionDeleteSnapshot):
+		case string(snapshot.ActionDeleteSnapshot), snapshot.AuditRetireSnapshot:
 			for _, it := range entry.Removed {
 				if it.Kind == "snapshot" {
 					delete(created, it.Name)
