@@ -168,16 +168,21 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	fs := opts.FS
-	if err := checkIsDir(fs, dir); err != nil {
-		return nil, err
-	}
 	made := missingDirs(fs, dir)
 	if err := mkdirAllSynced(fs, dir); err != nil {
+		if e := checkIsDir(fs, dir); e != nil {
+			return nil, e
+		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
 	}
 	_, lockErr := fs.Stat(fs.PathJoin(dir, lockFileName))
 	lock, err := lockDir(fs, dir)
 	if err != nil {
+		// A path that is no directory fails here first (when it exists,
+		// nothing is created): say so, not what failed under it.
+		if e := checkIsDir(fs, dir); e != nil {
+			return nil, e
+		}
 		return nil, err
 	}
 	// Under the lock: a directory holding nothing but the lock file is a

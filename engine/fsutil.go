@@ -98,7 +98,9 @@ func entryErr(err error, code errs.Code, what string) error {
 // checkIsDir refuses a database directory that is something else — a
 // regular file, or a path under one — with INPUT_001: the path is wrong,
 // and an I/O error about the lock file under it would send the operator
-// after the wrong thing. A path that does not exist yet is fine.
+// after the wrong thing. A path that does not exist yet is fine. Open asks
+// only once creating or locking the directory failed, so an Open that
+// succeeds makes no call more.
 func checkIsDir(fs vfs.FS, dir string) error {
 	st, err := fs.Stat(dir)
 	switch {
