@@ -26,9 +26,9 @@ type Hash = segment.Hash
 // Get, GetAt, Scan, ScanRange and Versions return a Version instead: what
 // the index alone holds of a key's version (its value, time and receipt),
 // answered without reading the segment — most Gets read one index row. A
-// record's PrevHash, IdempotencyKey and an event's fields are only in the
-// segment; db.Record(ctx, v.Anchor, v.Seq) reads the whole record of a
-// Version.
+// record's PrevHash and IdempotencyKey are only in the segment (and an
+// event, which changes no key, has no Version); db.Record(ctx, v.Anchor,
+// v.Seq) reads the whole record of a Version.
 type Record struct {
 	Anchor  string
 	Seq     uint64
