@@ -121,7 +121,7 @@ func BenchmarkPeerSortMerge(b *testing.B) {
 	b.ResetTimer()
 	var recs int64
 	for i := 0; i < b.N; i++ {
-		var all []segment.Record
+		var all []engine.Record
 		for info, err := range db.Anchors(ctx) {
 			if err != nil {
 				b.Fatal(err)
@@ -133,7 +133,7 @@ func BenchmarkPeerSortMerge(b *testing.B) {
 				all = append(all, rec)
 			}
 		}
-		slices.SortFunc(all, func(x, y segment.Record) int {
+		slices.SortFunc(all, func(x, y engine.Record) int {
 			if x.Counter != y.Counter {
 				if x.Counter < y.Counter {
 					return -1
@@ -227,7 +227,7 @@ func BenchmarkPeerZstdOnly(b *testing.B) {
 		e = be.AppendUint32(e, anchorIdx[v.Anchor])
 		e = be.AppendUint64(e, v.Seq)
 		e = be.AppendUint64(e, v.Counter)
-		e = be.AppendUint64(e, uint64(v.Time))
+		e = be.AppendUint64(e, uint64(v.Time.UnixNano()))
 		e = append(e, v.Hash[:]...)
 		state = append(state, e)
 	}
