@@ -104,6 +104,18 @@ type Settler interface {
 	Settle(ctx context.Context) error
 }
 
+// Quiescer brings a system to rest after a write workload, inside its
+// clock: equal work means the same records, each system until it is
+// quiescent. It is Settle for the systems whose Settle is cheap to time
+// (anchordb: Sync and the index's compactions done; Pebble: Flush and its
+// compactions done; immudb: its index caught up and flushed). A system
+// without it stops its clock at its last acknowledgement (the file floor
+// and Tessera, whose acknowledged writes are already all on disk; Badger,
+// which has no flush short of Close).
+type Quiescer interface {
+	Quiesce(ctx context.Context) error
+}
+
 // Compacter compacts everything the system holds as far as it can (a full
 // manual compaction of its LSM or tree), for the space workload.
 type Compacter interface {
@@ -411,12 +423,19 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 	var lat []time.Duration
 	var elapsed time.Duration
 	var peak float64
+	// atRest ends a write workload's clock: the system quiescent.
+	atRest := func(lat []time.Duration, err error) ([]time.Duration, error) {
+		if q, ok := sys.(Quiescer); ok && err == nil {
+			err = q.Quiesce(ctx)
+		}
+		return lat, err
+	}
 	switch w {
 	case "sync-append":
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
-			return parallel(ctx, cfg.Writers, cfg.Count, func(wr int, i uint64) error {
+			return atRest(parallel(ctx, cfg.Writers, cfg.Count, func(wr int, i uint64) error {
 				return sys.Put(ctx, wr, Key(i), Value(i, cfg.ValueSize))
-			})
+			}))
 		})
 		res.Records = cfg.Count
 	case "nosync-append":
@@ -425,9 +444,9 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 			return skip("no non-durable append")
 		}
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
-			return parallel(ctx, 1, cfg.Count, func(wr int, i uint64) error {
+			return atRest(parallel(ctx, 1, cfg.Count, func(wr int, i uint64) error {
 				return ns.PutNoSync(ctx, wr, Key(i), Value(i, cfg.ValueSize))
-			})
+			}))
 		})
 		res.Records = cfg.Count
 	case "batch-sync":
@@ -437,7 +456,7 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 		}
 		batches := max(1, cfg.Count/cfg.BatchSize)
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
-			return parallel(ctx, 1, batches, func(_ int, b uint64) error {
+			return atRest(parallel(ctx, 1, batches, func(_ int, b uint64) error {
 				keys := make([][]byte, cfg.BatchSize)
 				vals := make([][]byte, cfg.BatchSize)
 				for j := range keys {
@@ -445,7 +464,7 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 					keys[j], vals[j] = Key(i), Value(i, cfg.ValueSize)
 				}
 				return bt.PutBatch(ctx, keys, vals)
-			})
+			}))
 		})
 		res.Records = batches * cfg.BatchSize
 	case "get", "get-flushed":

@@ -194,11 +194,11 @@ func (h Header) Lines(w io.Writer) {
 func describe(w string, cfg Config) string {
 	switch w {
 	case "sync-append":
-		return fmt.Sprintf("%d records of %d-byte values from %d writers, each durable on return", cfg.Count, cfg.ValueSize, cfg.Writers)
+		return fmt.Sprintf("%d records of %d-byte values from %d writers, each durable on return; the clock stops when the system is at rest", cfg.Count, cfg.ValueSize, cfg.Writers)
 	case "batch-sync":
-		return fmt.Sprintf("%d records in durable batches of %d, one writer; latency per batch", cfg.Count/cfg.BatchSize*cfg.BatchSize, cfg.BatchSize)
+		return fmt.Sprintf("%d records in durable batches of %d, one writer, latency per batch; the clock stops when the system is at rest", cfg.Count/cfg.BatchSize*cfg.BatchSize, cfg.BatchSize)
 	case "nosync-append":
-		return fmt.Sprintf("%d records from one writer, acknowledged before any fsync (each system's weakest acknowledged mode)", cfg.Count)
+		return fmt.Sprintf("%d records from one writer, acknowledged before any fsync (each system's weakest acknowledged mode); the clock stops when the system is at rest", cfg.Count)
 	case "get":
 		return fmt.Sprintf("%d keys loaded in batches of %d, then %d reads in a fixed random order, straight after the load (memtables as the load left them)", cfg.Count, cfg.BatchSize, cfg.Count*cfg.readPasses())
 	case "get-flushed":

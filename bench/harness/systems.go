@@ -166,6 +166,9 @@ func (a *anchorDB) Settle(ctx context.Context) error {
 	return a.watch.Quiesce(ctx)
 }
 
+// Quiesce is Settle.
+func (a *anchorDB) Quiesce(ctx context.Context) error { return a.Settle(ctx) }
+
 // Compact closes the database, compacts its whole index (a manual Pebble
 // compaction of the closed index, with the index's own options) and opens
 // the database again. The segments are the log and are never rewritten;
@@ -354,6 +357,9 @@ func (p *pebbleDB) Settle(ctx context.Context) error {
 	}
 	return p.watch.Quiesce(ctx)
 }
+
+// Quiesce is Settle.
+func (p *pebbleDB) Quiesce(ctx context.Context) error { return p.Settle(ctx) }
 
 // Compact compacts the whole key space.
 func (p *pebbleDB) Compact(ctx context.Context) error {

@@ -249,6 +249,10 @@ func (s *immuStore) Settle(ctx context.Context) error {
 	return s.st.FlushIndexes(0, true)
 }
 
+// Quiesce is Settle: the index that AsyncCommit left behind caught up and
+// flushed, inside the write workloads' clock.
+func (s *immuStore) Quiesce(ctx context.Context) error { return s.Settle(ctx) }
+
 // Compact compacts the index (a store too small for immudb to compact
 // counts as compacted).
 func (s *immuStore) Compact(context.Context) error {
