@@ -106,7 +106,7 @@ report() {
 	RATIO_ROWS=$ROWS awk -v tsv=$tsv '
 # "# run ID SAMPLE INDEX" starts the output of one benchmark process.
 /^# run / { id = $3; k = $4 + 0; if (k > maxk[id]) maxk[id] = k; next }
-/^# (machine|commit|date|mode):/ { sub(/^# /, ""); hdr[++nh] = $0; next }
+/^# (machine|commit|date|mode|load):/ { sub(/^# /, ""); hdr[++nh] = $0; next }
 /^# fail / { failed[$3] = 1; next }
 /^Benchmark/ {
 	name = $1
@@ -224,6 +224,7 @@ run() {
 		echo "# machine: $("$bin" -anchordb.machine)"
 		echo "# commit: $(cd "$here" && git rev-parse --short HEAD 2>/dev/null || echo unknown)$(cd "$here" && git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')"
 		echo "# mode: $pairs samples${small:+, -small fixtures (a smoke run, not a measurement)}${long:+, long runs}"
+		echo "# load: before, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) (1, 5, 15 min)"
 	} > "$log"
 	status=0
 	export ANCHORDB_BENCH_FIXTURES="$work/fixtures"
@@ -250,6 +251,7 @@ run() {
 		done
 	done
 	echo "# date: $start - $(date -u '+%H:%M') UTC" >> "$log"
+	echo "# load: after, $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown) (1, 5, 15 min)" >> "$log"
 	[ -e "$work/failed" ] && status=1
 	report -tsv "$log" > "$work/rows.tsv" &&
 		"$bin" -anchordb.ratios "$work/rows.tsv" -anchordb.charts "$(dirname "$log")" ||
