@@ -43,8 +43,8 @@ conformance: build
 ## a workload), then the space workload at BENCHSPACECOUNT records. Writes
 ## bench/results/: go-bench.txt (the raw samples), go-ratios.txt (the
 ## table), go-*.svg, and the harness's results.* and charts (space/ for
-## the space run). docs/PERFORMANCE.md says what each measures. About 75
-## minutes on a quiet 2-vCPU machine. BENCHSMALL=1 shrinks every fixture
+## the space run). docs/PERFORMANCE.md says what each measures. About an
+## hour on a quiet 2-vCPU machine. BENCHSMALL=1 shrinks every fixture
 ## and count for a smoke run of the whole pipeline (make bench BENCHSMALL=1
 ## BENCHPAIRS=2 BENCHROUNDS=2: a few minutes; its numbers measure nothing).
 ## The exit status is non-zero if a benchmark process failed.

@@ -12,7 +12,7 @@ import (
 //
 // A Pebble peer runs as a user who tuned it would run it: with the options
 // anchordb's own index runs with. The engine builds them in
-// engine.(*DB).openIndex (engine/index.go) and exports no helper that
+// engine.(*DB).openIndex (engine/index.go) and exports no function that
 // returns them, so IndexPebbleOptions copies the values it sets there;
 // TestIndexPebbleOptionsMatchEngine reads the engine's options through
 // engine.Options.PebbleOptions and fails when the two drift apart. The peer
