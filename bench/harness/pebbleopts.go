@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -90,13 +91,21 @@ func (w *LSMWatch) Counts() (flushes, compactions int64) {
 // the previous one ends, so a gap this long means none is due.
 const QuietWindow = 25 * time.Millisecond
 
+// MaxQuiesce bounds a wait for rest: an LSM still compacting after it has
+// something wrong with it, and a benchmark should say so, not hang.
+const MaxQuiesce = 30 * time.Minute
+
 // Quiesce waits until no flush or compaction has been in progress for
-// QuietWindow, or ctx ends.
+// QuietWindow, or ctx ends, or MaxQuiesce passes (an error).
 func (w *LSMWatch) Quiesce(ctx context.Context) error {
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
+	deadline := time.Now().Add(MaxQuiesce)
 	var quietSince time.Time
 	for {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not at rest after %v: %d flushes or compactions in progress", MaxQuiesce, w.inFlight.Load())
+		}
 		if w.inFlight.Load() > 0 {
 			quietSince = time.Time{}
 		} else if quietSince.IsZero() {
