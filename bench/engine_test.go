@@ -167,7 +167,7 @@ func loadEngine(dir string, n, anchors int) error {
 	if err := db.Close(); err != nil {
 		return err
 	}
-	return compactPebble(filepath.Join(dir, engine.IndexDir), true)
+	return compactPebble(filepath.Join(dir, engine.IndexDir))
 }
 
 // get reads keys in the fixed order of NewOrder(n) from an engine database

@@ -168,17 +168,15 @@ func buildPebbleGetFixture(n int) (string, error) {
 		if err := db.Close(); err != nil {
 			return err
 		}
-		return compactPebble(dir, false)
+		return compactPebble(dir)
 	})
 }
 
 // compactPebble compacts the whole key space of the closed Pebble database
-// in dir (a read fixture: the peer's, or the engine's index, which has no
-// WAL) with the index's options, and closes it.
-func compactPebble(dir string, noWAL bool) error {
-	opts := harness.IndexPebbleOptions()
-	opts.DisableWAL = noWAL
-	db, err := pebble.Open(dir, opts)
+// in dir (a read fixture: the peer's, or the engine's index) with the
+// index's options, and closes it.
+func compactPebble(dir string) error {
+	db, err := pebble.Open(dir, harness.IndexPebbleOptions())
 	if err != nil {
 		return err
 	}
