@@ -100,7 +100,9 @@ type Options struct {
 	PebbleOptions func(*pebble.Options)
 }
 
-// Logger is the logging interface the engine uses.
+// Logger is the logging interface the engine uses. Messages carry no
+// prefix naming anchordb: a logger that shares its output with others adds
+// its own (the CLI's prints "anchordb: ").
 type Logger interface {
 	Infof(format string, args ...any)
 	Errorf(format string, args ...any)

@@ -157,7 +157,7 @@ func (o *Outbox) readLog(ctx context.Context, from, to uint64) (gap bool, err er
 // takeRecord takes one record of the anchor, read from the log, into
 // memory. An entry row that does not decode is an error (INT_004): Verify
 // says more.
-func (o *Outbox) takeRecord(rec *segment.Record) error {
+func (o *Outbox) takeRecord(rec *engine.Record) error {
 	id, isEntry := o.k.parseEntryKey(rec.Key)
 	if !isEntry || rec.Type != segment.TypePut {
 		if isEntry && rec.Type == segment.TypeDelete {

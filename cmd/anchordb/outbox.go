@@ -184,7 +184,7 @@ func openOutboxCLI(e *env, name string, write, noSync bool) (*outbox.Outbox, err
 	var db *engine.DB
 	var err error
 	if write {
-		db, err = e.openOrCreate()
+		db, err = e.openOrCreate(0)
 	} else {
 		db, err = e.open()
 	}
@@ -395,15 +395,15 @@ func optTime(t time.Time) *string {
 	if t.IsZero() {
 		return nil
 	}
-	s := formatTime(t.UnixNano())
+	s := formatTime(t)
 	return &s
 }
 
 func newOutboxEntryJSON(en *outbox.Entry) *outboxEntryJSON {
 	j := &outboxEntryJSON{Outbox: en.Outbox, ID: en.ID, State: en.State.String(), Attempts: en.Attempts,
-		NextAttemptAt: formatTime(en.NextAttemptAt.UnixNano()), Fingerprint: en.Fingerprint,
+		NextAttemptAt: formatTime(en.NextAttemptAt), Fingerprint: en.Fingerprint,
 		SupersededBy: optString(en.SupersededBy), Supersedes: optString(en.Supersedes), Duplicate: en.Duplicate,
-		EnqueuedAt: formatTime(en.EnqueuedAt.UnixNano()), EnqueueSeq: en.EnqueueSeq, PayloadSize: en.PayloadSize,
+		EnqueuedAt: formatTime(en.EnqueuedAt), EnqueueSeq: en.EnqueueSeq, PayloadSize: en.PayloadSize,
 		Destination: optString(en.Destination), Headers: en.Headers, DoneAt: optTime(en.DoneAt),
 		DeadAt: optTime(en.DeadAt), AbortedAt: optTime(en.AbortedAt), AbortedBy: optString(en.AbortedBy),
 		Receipt: outboxReceiptJSON{Anchor: en.Receipt.Anchor, Seq: en.Receipt.Seq, Counter: en.Receipt.Counter, Hash: en.Receipt.Hash}}
@@ -416,10 +416,10 @@ func newOutboxEntryJSON(en *outbox.Entry) *outboxEntryJSON {
 		j.Result = &r
 	}
 	if l := en.Lease; l != nil {
-		j.Lease = &outboxLeaseJSON{Worker: l.Worker, Token: l.Token, ClaimedAt: formatTime(l.ClaimedAt.UnixNano()), ExpiresAt: formatTime(l.ExpiresAt.UnixNano())}
+		j.Lease = &outboxLeaseJSON{Worker: l.Worker, Token: l.Token, ClaimedAt: formatTime(l.ClaimedAt), ExpiresAt: formatTime(l.ExpiresAt)}
 	}
 	if f := en.LastError; f != nil {
-		j.LastError = &outboxErrJSON{Message: f.Message, Permanent: f.Permanent, At: formatTime(f.At.UnixNano()), Attempt: f.Attempt, PolicyRef: f.PolicyRef}
+		j.LastError = &outboxErrJSON{Message: f.Message, Permanent: f.Permanent, At: formatTime(f.At), Attempt: f.Attempt, PolicyRef: f.PolicyRef}
 	}
 	return j
 }
@@ -434,13 +434,13 @@ func (e *env) printEntry(en *outbox.Entry) {
 	fmt.Fprintf(&b, "%s %s %s attempts=%d", display([]byte(en.Outbox)), display([]byte(en.ID)), en.State, en.Attempts)
 	switch en.State {
 	case outbox.StatePending:
-		fmt.Fprintf(&b, " next=%s", formatTime(en.NextAttemptAt.UnixNano()))
+		fmt.Fprintf(&b, " next=%s", formatTime(en.NextAttemptAt))
 	case outbox.StateInflight:
-		fmt.Fprintf(&b, " worker=%s token=%d expires=%s", display([]byte(en.Lease.Worker)), en.Lease.Token, formatTime(en.Lease.ExpiresAt.UnixNano()))
+		fmt.Fprintf(&b, " worker=%s token=%d expires=%s", display([]byte(en.Lease.Worker)), en.Lease.Token, formatTime(en.Lease.ExpiresAt))
 	case outbox.StateDone:
-		fmt.Fprintf(&b, " done=%s", formatTime(en.DoneAt.UnixNano()))
+		fmt.Fprintf(&b, " done=%s", formatTime(en.DoneAt))
 	case outbox.StateDead:
-		fmt.Fprintf(&b, " dead=%s", formatTime(en.DeadAt.UnixNano()))
+		fmt.Fprintf(&b, " dead=%s", formatTime(en.DeadAt))
 	case outbox.StateAborted:
 		fmt.Fprintf(&b, " superseded_by=%s", display([]byte(en.SupersededBy)))
 	}
@@ -477,7 +477,7 @@ func (e *env) printInspection(name string, in *outbox.Inspection) {
 		j := inspectJSON{Outbox: name, ID: in.Entry.ID, Entry: newOutboxEntryJSON(&in.Entry), Chain: in.Chain, Transitions: []transitionJSON{}}
 		for i := range in.Transitions {
 			t := &in.Transitions[i]
-			tj := transitionJSON{Op: t.Op, At: formatTime(t.At.UnixNano()), By: optString(t.By), To: t.Entry.State.String(), Entry: newOutboxEntryJSON(&t.Entry)}
+			tj := transitionJSON{Op: t.Op, At: formatTime(t.At), By: optString(t.By), To: t.Entry.State.String(), Entry: newOutboxEntryJSON(&t.Entry)}
 			if t.Token != 0 {
 				tok := t.Token
 				tj.Token = &tok
@@ -497,7 +497,7 @@ func (e *env) printInspection(name string, in *outbox.Inspection) {
 		if t.From != 0 {
 			from = t.From.String()
 		}
-		line := fmt.Sprintf("  #%d %s %s %s -> %s attempts=%d", t.Entry.Receipt.Seq, formatTime(t.At.UnixNano()), t.Op, from, t.Entry.State, t.Entry.Attempts)
+		line := fmt.Sprintf("  #%d %s %s %s -> %s attempts=%d", t.Entry.Receipt.Seq, formatTime(t.At), t.Op, from, t.Entry.State, t.Entry.Attempts)
 		if t.By != "" {
 			line += " by=" + display([]byte(t.By))
 		}

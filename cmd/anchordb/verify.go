@@ -82,7 +82,7 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 					if p.TotalBytes > 0 {
 						pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 					}
-					bar.update("verify: %5.1f%%  %d/%d anchors  %d records  %s of %s", pct, p.AnchorsDone, p.Anchors, p.Records,
+					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, plural(p.Anchors, "anchor"), plural(p.Records, "record"),
 						humanBytes(p.Bytes), humanBytes(p.TotalBytes))
 				}
 			}
@@ -112,12 +112,12 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 func printVerifyHuman(e *env, rep engine.VerifyReport) {
 	status := "ok"
 	if !rep.OK {
-		status = fmt.Sprintf("FAILED: %d findings", len(rep.Failures))
+		status = fmt.Sprintf("FAILED: %s", plural(len(rep.Failures), "finding"))
 	}
 	if rep.OK && e.g.quiet {
 		return
 	}
-	e.out.linef("verify %s: %d anchors, %d records, %s of segments", status, rep.Anchors, rep.Records, humanBytes(rep.Bytes))
+	e.out.linef("verify %s: %s, %s, %s of segments", status, plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))
 	for _, f := range rep.Failures {
 		var loc []string
 		if f.Anchor != "" {
