@@ -141,6 +141,10 @@ func (o *Outbox) readLog(ctx context.Context, from, to uint64) (gap bool, err er
 	next := from
 	for rec, err := range o.db.Log(ctx, o.anchor, from, to) {
 		if err != nil {
+			if isGoneRun(err, o.anchor) {
+				gap = true
+				continue
+			}
 			return false, err
 		}
 		if rec.Seq != next {

@@ -157,27 +157,19 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 		seq      uint64
 		from, to string
 	}
-	// A log truncated by a compaction starts after its cut: the entries'
-	// states there come from the versions of their rows the compaction kept
-	// (each key's last record in each segment it removed), and their
-	// transitions into the cut are not checked.
-	first := uint64(0)
+	// After a truncating compaction the log holds, below its cut, only the
+	// copies the compaction kept (each key's last record in each removed
+	// segment) and, in place of each run that is gone, a STATE_003: the
+	// entries' states there come from the kept copies, and transitions
+	// across a gap are not checked.
+	next := uint64(1)
+	truncatedMark := false
 	for rec, err := range db.Log(ctx, anchor, 1, 0) {
-		if err == nil {
-			first = rec.Seq
-		}
-		break
-	}
-	if first > 1 {
-		rep.Truncated = true
-		if err := statesAtCut(ctx, db, k, name, first, states); err != nil {
-			return rep, err
-		}
-	}
-	next := max(first, 1)
-	truncatedMark := haveMark && first > 1 && m.w < first-1
-	for rec, err := range db.Log(ctx, anchor, next, 0) {
 		if err != nil {
+			if isGoneRun(err, anchor) {
+				rep.Truncated = true
+				continue // the record after the run has rec.Seq != next
+			}
 			if engine.CodeOf(err) == errs.CodeDependencyMissing && next == 1 {
 				break // no such anchor: an outbox with no records
 			}
@@ -314,46 +306,13 @@ func verify(ctx context.Context, db *engine.DB, name string) (Report, error) {
 	return rep, nil
 }
 
-// statesAtCut fills states with every entry's state before seq first, the
-// first record a truncated log still holds, from the versions of the entry
-// rows: the last one before first of each.
-func statesAtCut(ctx context.Context, db *engine.DB, k keys, name string, first uint64, states map[string]*vstate) error {
-	var ids []string
-	for v, err := range db.ScanRange(ctx, k.kind(kindEntry), k.kindEnd(kindEntry)) {
-		if err != nil {
-			return err
-		}
-		if id, ok := k.parseEntryKey(v.Key); ok {
-			ids = append(ids, id)
-		}
-	}
-	for _, id := range ids {
-		var last *engine.Version
-		for v, err := range db.Versions(ctx, k.entry(id)) {
-			if err != nil {
-				return err
-			}
-			if v.Seq >= first {
-				break
-			}
-			last = &v
-		}
-		if last == nil || last.Deleted {
-			continue
-		}
-		d, err := decodeRecord(name, id, last.Value, last.Receipt)
-		if err != nil {
-			continue // reported when the replay meets a record of it, or not at all if none is left
-		}
-		e := &d.entry
-		s := &vstate{state: e.State, row: e.rowRef(), enqSeq: e.EnqueueSeq, attempts: e.Attempts, fp: e.Fingerprint,
-			unsure: true, rc: last.Receipt, valHash: blake3.Sum256(last.Value)}
-		if e.Lease != nil {
-			s.token = e.Lease.Token
-		}
-		states[id] = s
-	}
-	return nil
+// isGoneRun reports whether err is the STATE_003 that Log yields in place
+// of a run of anchor's records a truncating compaction removed without
+// keeping a copy (its Seq is the run's first), as opposed to the STATE_003
+// of an anchor the database does not hold (Seq 0).
+func isGoneRun(err error, anchor string) bool {
+	var e *engine.Error
+	return engine.CodeOf(err) == errs.CodeDependencyMissing && errors.As(err, &e) && e.Anchor == anchor && e.Seq > 0
 }
 
 // rowHolds reports whether a row's value is the record want names.
