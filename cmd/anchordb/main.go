@@ -82,6 +82,7 @@ var commands = []*command{
 	compactCmd,
 	rebuildIndexCmd,
 	statsCmd,
+	outboxCmd,
 	benchCmd,
 	demoCmd,
 	versionCmd,

@@ -256,6 +256,10 @@ type errorBody struct {
 	// An ingest refused for a fork: both heads of the anchor.
 	Ours   *headJSON `json:"ours,omitempty"`
 	Theirs *headJSON `json:"theirs,omitempty"`
+
+	// An outbox's refusal: the entry's state, and the entry.
+	State string           `json:"state,omitempty"`
+	Entry *outboxEntryJSON `json:"entry,omitempty"`
 }
 
 // headJSON is an anchor's head: its last seq and that record's hash.
@@ -318,6 +322,7 @@ func errorJSON(err error) errorJSONShape {
 		appended := ge.appended
 		b.Appended = &appended
 	}
+	outboxErrorFields(err, &b)
 	return errorJSONShape{Error: b}
 }
 

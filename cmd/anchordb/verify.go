@@ -22,7 +22,9 @@ and 'i' row a record implies, and no others); the Merkle tree recomputed from th
 against the stored nodes and the in-memory tree; the stored checkpoints against the trees
 (their signatures too when --pub is given); every snapshot, proved by replay as snapshot
 verify proves it, and present when the audit log records it; the audit log's chain against
-the head the index recorded. Damaged anchors are checked like the others.
+the head the index recorded. Damaged anchors are checked like the others. Every outbox
+(an anchor "outbox/NAME") is replayed and its state and index rows checked against its
+log (docs/OUTBOX.md); what that finds is reported like the rest.
 
 --from-checkpoint F --pub P checks only what came after the signed checkpoint F: for each
 anchor it lists, the records after its size, and that the anchor's tree at that size has
@@ -88,6 +90,11 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 			bar.done()
 			if err != nil {
 				return err
+			}
+			if !stopAtFirst || rep.OK {
+				if err := verifyOutboxes(e, db, &rep, anchors); err != nil {
+					return err
+				}
 			}
 			if e.g.json {
 				e.out.json(rep)
