@@ -324,7 +324,7 @@ func TestVerifyConsistencyEdgeCases(t *testing.T) {
 // of the file sees. Users compare a proof's "anchor", "size" and "root" with
 // a signed checkpoint using any JSON tool; encoding/json alone matches keys
 // without regard to case, so a file carrying the trusted root as "root" and
-// the forger's as "Root" verified a forged leaf (found in stop 18's review).
+// the forger's as "Root" would verify a forged leaf.
 // A key that is not exactly a documented name, or appears twice, is
 // INPUT_001.
 func TestProofJSONKeysAreExact(t *testing.T) {
