@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/engine"
@@ -541,6 +542,7 @@ func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
 		return e.db, nil
 	}
 	opts.Logger = stderrLogger{w: e.stderr, quiet: e.g.quiet}
+	opts.Clock = engineClock
 	db, err := engine.Open(e.g.dir, opts)
 	if err != nil {
 		return nil, err
@@ -548,6 +550,12 @@ func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
 	e.db = db
 	return db, nil
 }
+
+// engineClock is the clock the commands open a database and an outbox
+// with (record times, checkpoint and snapshot times, an outbox's
+// schedule); nil is their default, time.Now. The golden-output tests fix it, so that the records they write,
+// and so their hashes, are the same on every run.
+var engineClock func() time.Time
 
 // closeDB closes the database. After a failed command it discards one the
 // command created and wrote nothing to (engine.DB.Discard): bad input leaves

@@ -198,7 +198,7 @@ func openOutboxCLI(e *env, name string, write, noSync bool) (*outbox.Outbox, err
 			return nil, errs.New(errs.CodeDependencyMissing, "the database holds no outbox %q", name)
 		}
 	}
-	return outbox.Open(e.ctx, db, name, outbox.Options{ReadOnly: !write, NoSync: noSync})
+	return outbox.Open(e.ctx, db, name, outbox.Options{ReadOnly: !write, NoSync: noSync, Clock: engineClock})
 }
 
 // readPayloadFile reads a payload of at most limit bytes from path, or
