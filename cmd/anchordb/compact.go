@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strings"
-
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/spf13/pflag"
@@ -72,7 +70,7 @@ Progress is drawn on stderr when it is a terminal.`,
 			if err != nil {
 				return err
 			}
-			printCompaction(e, res)
+			e.print.Compaction(res)
 			return nil
 		}
 	},
@@ -85,61 +83,4 @@ func readPolicy(e *env, path string) (snapshot.Policy, error) {
 		return snapshot.Policy{}, err
 	}
 	return snapshot.ParsePolicy(data)
-}
-
-type compactAppliedJSON struct {
-	Applied      bool              `json:"applied"`
-	Plan         snapshot.Plan     `json:"plan"`
-	Created      *snapshotInfoJSON `json:"created"`
-	RemovedBytes int64             `json:"removed_bytes"`
-	StubBytes    int64             `json:"stub_bytes"`
-	NetBytes     int64             `json:"net_bytes"`
-}
-
-func printCompaction(e *env, res engine.CompactionResult) {
-	if e.g.json {
-		if !res.Applied {
-			e.out.json(res.Plan)
-			return
-		}
-		out := compactAppliedJSON{Applied: true, Plan: res.Plan, RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes, NetBytes: res.NetBytes()}
-		if res.Created != nil {
-			c := snapshotInfoJSON(*res.Created)
-			out.Created = &c
-		}
-		e.out.json(out)
-		return
-	}
-	if e.g.quiet && !res.Applied {
-		return
-	}
-	var b strings.Builder
-	_ = res.Plan.WriteText(&b)
-	if !e.g.quiet {
-		e.out.write([]byte(b.String()))
-	}
-	if !res.Applied {
-		if len(res.Plan.Actions) > 0 {
-			e.out.linef("dry run: nothing was changed; run with --apply to carry the plan out")
-		}
-		return
-	}
-	var deleted, cuts, removed int
-	for _, a := range res.Plan.Actions {
-		switch a.Kind {
-		case snapshot.ActionDeleteSnapshot:
-			deleted++
-		case snapshot.ActionRecordCut:
-			cuts++
-		case snapshot.ActionRemoveSegment:
-			removed++
-		}
-	}
-	created := "no snapshot created"
-	if res.Created != nil {
-		created = "created " + res.Created.Name
-	}
-	e.out.linef("applied %s: %s, %s deleted, %s recorded, %s removed (%s; stubs of %s written in their place: %s)",
-		plural(len(res.Plan.Actions), "action"), created, plural(deleted, "snapshot"), plural(cuts, "cut"), plural(removed, "segment"),
-		humanBytes(res.RemovedBytes), humanBytes(res.StubBytes), netText(res.NetBytes()))
 }

@@ -248,7 +248,7 @@ func runDemo(e *env, cfg demoConfig) error {
 	for _, c := range d.report.Checks {
 		d.report.OK = d.report.OK && c.OK
 	}
-	d.print()
+	d.e.print.Demo(d.report)
 	if !d.report.OK {
 		return exitStatus(exitFinding)
 	}
@@ -525,56 +525,6 @@ func problems(ps []string, okDetail string) string {
 	default:
 		return fmt.Sprintf("%v and %d more", ps[:3], len(ps)-3)
 	}
-}
-
-func (d *demo) print() {
-	r := d.report
-	e := d.e
-	if e.g.json {
-		e.out.json(r)
-		return
-	}
-	result := "ok"
-	if !r.OK {
-		result = "FAILED"
-	}
-	if e.g.quiet {
-		e.out.linef("demo %s: %s on %s, %.0f records/s", result, plural(r.Records, "record"), plural(r.Anchors, "anchor"), r.RecordsPerSec)
-		return
-	}
-	where := r.Dir + " (removed; --keep keeps it)"
-	if r.Kept {
-		where = r.Dir + " (kept)"
-	}
-	e.out.linef("anchordb demo: %s × %s on %s, %s durability", plural(r.Writers, "writer"), plural(r.RecordsPerWriter, "record"), plural(r.AnchorsRequested, "anchor"), r.Durability)
-	e.out.linef("  database  %s", where)
-	e.out.linef("  write     %s in %.3fs: %.0f records/s (%s answered from the index)",
-		plural(r.Written, "record"), r.WriteSeconds, r.RecordsPerSec, plural(r.Retries, "idempotent retry", "idempotent retries"))
-	e.out.linef("  stored    %s, %s, %s of up to %s, %s (index %s)",
-		plural(r.Anchors, "anchor"), plural(r.Records, "record"), plural(r.Segments, "segment file"), humanBytes(r.SegmentSize), humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
-	if r.MergedRecords > 0 {
-		e.out.linef("  merge     %s in merged order at %.0f records/s, root %s", plural(r.MergedRecords, "record"), r.MergeRecordsPerSec, r.MergedRoot)
-	}
-	if len(r.Compactions) > 0 {
-		e.out.linef("  compact   %s around a second round of %s: %s removed (%s), stubs of %s written in their place: %s",
-			plural(len(r.Compactions), "run"), plural(r.SecondRoundRecords, "record"), plural(r.SegmentsRemoved, "segment"), humanBytes(r.RemovedBytes),
-			humanBytes(r.StubBytes), netText(r.NetBytes))
-	}
-	if r.RebuildSeconds > 0 {
-		e.out.linef("  rebuild   index rebuilt from the snapshot in %.3fs", r.RebuildSeconds)
-	}
-	for i, c := range r.Checks {
-		label := "          "
-		if i == 0 {
-			label = "  checks  "
-		}
-		status := "ok  "
-		if !c.OK {
-			status = "FAIL"
-		}
-		e.out.linef("%s%s  %-28s %s", label, status, c.Name, c.Detail)
-	}
-	e.out.linef("  result    %s", result)
 }
 
 // compareMerged orders records by the merged order: (counter, anchor id

@@ -106,7 +106,7 @@ func (g *golden) do(t *testing.T, td *datadriven.TestData) string {
 		}{{"text", false, false}, {"--json", true, false}, {"--quiet", false, true}} {
 			var stdout bytes.Buffer
 			e := &env{g: &globals{json: mode.json, quiet: mode.quiet}, out: newOutput(&stdout)}
-			(&demo{e: e, report: r}).print()
+			newPrinter(e).Demo(r)
 			if err := e.out.flush(); err != nil {
 				t.Fatal(err)
 			}

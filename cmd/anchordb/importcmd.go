@@ -109,11 +109,7 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			if err != nil {
 				return err
 			}
-			if e.g.json {
-				e.out.json(importSummary{Imported: im.imported, Duplicates: im.duplicates, Lines: im.lines})
-			} else if !e.g.quiet {
-				e.out.linef("imported %s, %s, from %s", plural(im.imported, "record"), plural(im.duplicates, "duplicate"), plural(im.lines, "line"))
-			}
+			e.print.Import(importSummary{Imported: im.imported, Duplicates: im.duplicates, Lines: im.lines})
 			return nil
 		}
 	},

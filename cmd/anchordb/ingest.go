@@ -76,20 +76,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			if err != nil {
 				return &ingestError{appended: rep.Appended, err: err}
 			}
-			if rep.Anchors == nil {
-				rep.Anchors = []engine.IngestedAnchor{}
-			}
-			if e.g.json {
-				e.out.json(rep)
-				return nil
-			}
-			if !e.g.quiet {
-				for _, a := range rep.Anchors {
-					e.out.linef("%-10s %s: had %d, arrived %d, appended %d, head %s", a.Status, display([]byte(a.Anchor)),
-						a.Had, a.Arrived, a.Appended, a.Head)
-				}
-			}
-			e.out.linef("ingested %s on %s from %s", plural(rep.Appended, "record"), plural(len(rep.Anchors), "anchor"), rep.From)
+			e.print.Ingest(rep)
 			return nil
 		}
 	},

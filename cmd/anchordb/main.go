@@ -3,7 +3,10 @@
 // It is thin: it parses flags, calls the engine and prints. Every command is
 // one entry of the commands table below — its name, arguments, summary and a
 // setup function that registers its flags and returns the function that runs
-// it — so adding a command is a new file and one line in the table.
+// it — so adding a command is a new file and one line in the table. A command
+// hands what it found to e.print, the printer of the output mode --json chose
+// (printer.go): printer_text.go prints for a person, printer_json.go the
+// JSON shapes; no command asks which mode it runs in.
 //
 // Global flags (--dir, --json, --quiet, --no-progress) are accepted before or
 // after the command: each command's pflag FlagSet registers them too and
@@ -255,7 +258,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return e.finish(usagef("", "%s", flagText(err)))
 	}
 	if *showVersion {
-		printVersion(e)
+		e.print = newPrinter(e)
+		e.print.Version(buildVersion())
 		return e.finish(nil)
 	}
 	rest := pre.Args()
@@ -310,6 +314,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
 		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), plural(len(pos), "argument")))
 	}
+	e.print = newPrinter(e)
 	err = runCmd(e, pos)
 	return e.finish(err)
 }
@@ -362,8 +367,11 @@ func (e *env) finish(err error) int {
 	if err != nil && errors.Is(err, context.Canceled) && e.ctx.Err() != nil {
 		err = errs.Wrap(errs.CodeWriteFailed, err, "interrupted")
 	}
+	if e.print == nil { // the command line did not parse: --json as far as it was read
+		e.print = newPrinter(e)
+	}
 	if err != nil && !e.out.brokenPipe(err) {
-		e.printError(err)
+		e.print.Error(err)
 	}
 	if ferr := e.out.flush(); ferr != nil && err == nil && !e.out.brokenPipe(ferr) {
 		err = errs.Wrap(errs.CodeWriteFailed, ferr, "write output")
@@ -373,7 +381,7 @@ func (e *env) finish(err error) int {
 		if err == nil || exitCode(err) == exitOK {
 			err = cerr
 		}
-		e.printError(cerr)
+		e.print.Error(cerr)
 		_ = e.out.flush()
 	}
 	if err != nil && e.out.brokenPipe(err) {
@@ -382,33 +390,6 @@ func (e *env) finish(err error) int {
 		return exitOK
 	}
 	return exitCode(err)
-}
-
-// printError reports err: the JSON error object on stdout with --json, else
-// one line on stderr (with a hint for usage errors).
-func (e *env) printError(err error) {
-	var s exitStatus
-	if errors.As(err, &s) {
-		return
-	}
-	if e.g.json {
-		e.out.json(errorJSON(err))
-		// NB: stdout may be what failed (a full disk, a stream cut
-		// midway): an error that cannot reach it is said on stderr
-		// rather than lost.
-		if e.out.flush() == nil {
-			return
-		}
-	}
-	fmt.Fprintf(e.stderr, "anchordb: %s\n", errorLine(err))
-	var u *usageError
-	if errors.As(err, &u) {
-		if u.cmd != "" {
-			fmt.Fprintf(e.stderr, "run 'anchordb help %s' for usage\n", u.cmd)
-		} else {
-			fmt.Fprintln(e.stderr, "run 'anchordb help' for usage")
-		}
-	}
 }
 
 func runHelp(e *env, args []string, stdout io.Writer) int {
@@ -496,6 +477,7 @@ type env struct {
 	stdin  io.Reader
 	stderr io.Writer
 	out    *output
+	print  printer // the output mode's (newPrinter), once the flags are parsed
 	db     *engine.DB
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -96,41 +95,13 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 					return err
 				}
 			}
-			if e.g.json {
-				e.out.json(rep)
-			} else {
-				printVerifyHuman(e, rep)
-			}
+			e.print.Verify(rep)
 			if !rep.OK {
 				return exitStatus(exitFinding)
 			}
 			return nil
 		}
 	},
-}
-
-func printVerifyHuman(e *env, rep engine.VerifyReport) {
-	status := "ok"
-	if !rep.OK {
-		status = fmt.Sprintf("FAILED: %s", plural(len(rep.Failures), "finding"))
-	}
-	if rep.OK && e.g.quiet {
-		return
-	}
-	e.out.linef("verify %s: %s, %s, %s of segments", status, plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))
-	for _, f := range rep.Failures {
-		var loc []string
-		if f.Anchor != "" {
-			loc = append(loc, "anchor="+display([]byte(f.Anchor)))
-		}
-		if f.Seq != 0 {
-			loc = append(loc, fmt.Sprintf("seq=%d", f.Seq))
-		}
-		if f.File != "" {
-			loc = append(loc, fmt.Sprintf("file=%s offset=%d", f.File, f.Offset))
-		}
-		e.out.linef("%s %s %s: %s", f.Code, f.Reason, strings.Join(loc, " "), f.Message)
-	}
 }
 
 // readKeyFile reads a note key (signer or verifier) from a file; surrounding
