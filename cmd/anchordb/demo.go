@@ -14,6 +14,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
@@ -304,7 +305,7 @@ func (d *demo) write(round, n int) ([]demoWrite, time.Duration, error) {
 			case <-stopProgress:
 				return
 			case <-t.C:
-				prog.update("demo: round %d: %d/%s written", round, done.Load(), plural(total, "record"))
+				prog.update("demo: round %d: %d/%s written", round, done.Load(), humanize.Plural(total, "record"))
 			}
 		}
 	}()
@@ -431,7 +432,7 @@ func (d *demo) checkAll(suffix string) error {
 			recs = append(recs, rec)
 		}
 		if uint64(len(recs)) != info.Records || (len(recs) > 0 && recs[len(recs)-1].Hash != info.HeadHash) {
-			chainProblems = append(chainProblems, fmt.Sprintf("%s: head is #%d %s, the log has %s", info.ID, info.Records, info.HeadHash, plural(len(recs), "record")))
+			chainProblems = append(chainProblems, fmt.Sprintf("%s: head is #%d %s, the log has %s", info.ID, info.Records, info.HeadHash, humanize.Plural(len(recs), "record")))
 		}
 		logs[info.ID] = recs
 		all = append(all, recs...)
@@ -443,10 +444,10 @@ func (d *demo) checkAll(suffix string) error {
 		}
 	}
 	if len(all) != appended {
-		chainProblems = append(chainProblems, fmt.Sprintf("the logs hold %s, %d were acknowledged", plural(len(all), "record"), appended))
+		chainProblems = append(chainProblems, fmt.Sprintf("the logs hold %s, %d were acknowledged", humanize.Plural(len(all), "record"), appended))
 	}
 	d.add("chains"+suffix, len(chainProblems) == 0, problems(chainProblems,
-		fmt.Sprintf("%s, %s: seqs dense, prev_hash links, hashes recompute, counters increase", plural(heads, "anchor"), plural(len(all), "record"))))
+		fmt.Sprintf("%s, %s: seqs dense, prev_hash links, hashes recompute, counters increase", humanize.Plural(heads, "anchor"), humanize.Plural(len(all), "record"))))
 
 	var receiptProblems []string
 	for _, w := range d.writes {
@@ -464,7 +465,7 @@ func (d *demo) checkAll(suffix string) error {
 		}
 	}
 	d.add("receipts"+suffix, len(receiptProblems) == 0, problems(receiptProblems,
-		fmt.Sprintf("%s, each matching its record", plural(len(d.writes), "receipt"))))
+		fmt.Sprintf("%s, each matching its record", humanize.Plural(len(d.writes), "receipt"))))
 
 	var readProblems []string
 	slices.SortFunc(all, compareMerged)
@@ -511,7 +512,7 @@ func (d *demo) checkAll(suffix string) error {
 		readProblems = append(readProblems, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
 	}
 	d.add("merged reads"+suffix, len(readProblems) == 0, problems(readProblems,
-		fmt.Sprintf("%s (%d live): get and scan follow the merged order; counters unique", plural(len(last), "key"), live)))
+		fmt.Sprintf("%s (%d live): get and scan follow the merged order; counters unique", humanize.Plural(len(last), "key"), live)))
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -47,7 +48,7 @@ func (d *demo) verifyPhase(name string) {
 		ps = append(ps, fmt.Sprintf("%s %s anchor=%q seq=%d: %s", f.Code, f.Reason, f.Anchor, f.Seq, f.Message))
 	}
 	d.add(name, rep.OK && len(ps) == 0, problems(ps,
-		fmt.Sprintf("%s, %s, %s of segments: hashes, links, seals, index, trees, checkpoints", plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))))
+		fmt.Sprintf("%s, %s, %s of segments: hashes, links, seals, index, trees, checkpoints", humanize.Plural(rep.Anchors, "anchor"), humanize.Plural(rep.Records, "record"), humanize.Bytes(rep.Bytes))))
 }
 
 // mergePhase streams the merged view at the current frontier and checks it
@@ -94,7 +95,7 @@ func (d *demo) mergePhase() {
 	}
 	elapsed := time.Since(start)
 	if n != f.Total() || n != size {
-		ps = append(ps, fmt.Sprintf("the stream has %s, the frontier %d, the merged root covers %d", plural(n, "record"), f.Total(), size))
+		ps = append(ps, fmt.Sprintf("the stream has %s, the frontier %d, the merged root covers %d", humanize.Plural(n, "record"), f.Total(), size))
 	}
 	if got := b.Root(); got != root {
 		ps = append(ps, fmt.Sprintf("the streamed records hash to %s, MergedRoot says %s", got, root))
@@ -104,7 +105,7 @@ func (d *demo) mergePhase() {
 		d.report.MergeRecordsPerSec = float64(n) / elapsed.Seconds()
 	}
 	d.add("merge", len(ps) == 0, problems(ps, fmt.Sprintf("%s of %s at positions 1..%d in (counter, anchor) order; root %s",
-		plural(n, "record"), plural(len(f.Anchors()), "anchor"), n, root)))
+		humanize.Plural(n, "record"), humanize.Plural(len(f.Anchors()), "anchor"), n, root)))
 }
 
 // checkpointPhase signs a checkpoint with a fresh key, kept beside the
@@ -145,7 +146,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 	} else {
 		if cp.Root != created.Root || cp.Records != st.Records || cp.Anchors != st.Anchors {
 			ps = append(ps, fmt.Sprintf("the note says %s, %s, root %s; the database has %s, %s (root at creation %s)",
-				plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, plural(st.Anchors, "anchor"), plural(st.Records, "record"), created.Root))
+				humanize.Plural(cp.Anchors, "anchor"), humanize.Plural(cp.Records, "record"), cp.Root, humanize.Plural(st.Anchors, "anchor"), humanize.Plural(st.Records, "record"), created.Root))
 		}
 		if body, err := engine.ParseCheckpointNote(msg); err != nil || body.Root != cp.Root {
 			ps = append(ps, fmt.Sprintf("the note's body parses to %v (%v)", body, err))
@@ -158,7 +159,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		}
 	}
 	d.add("checkpoint", len(ps) == 0, problems(ps, fmt.Sprintf("%s, %s, root %s: opens with %s.pub, not with another key",
-		plural(created.Anchors, "anchor"), plural(created.Records, "record"), created.Root, filepath.Base(prefix))))
+		humanize.Plural(created.Anchors, "anchor"), humanize.Plural(created.Records, "record"), created.Root, filepath.Base(prefix))))
 	if cp == nil {
 		return created
 	}
@@ -215,7 +216,7 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 		ps = append(ps, "a proof with a changed leaf verifies")
 	}
 	d.add("inclusion proof", len(ps) == 0, problems(ps, fmt.Sprintf("%s #%d in a tree of %d (%s), and that tree in the checkpoint's frontier (%s), verify offline against the signed root; a changed leaf does not",
-		w.Anchor, w.Seq, p.Size, plural(len(p.Proof), "hash", "hashes"), plural(len(fp.Proof), "hash", "hashes"))))
+		w.Anchor, w.Seq, p.Size, humanize.Plural(len(p.Proof), "hash", "hashes"), humanize.Plural(len(fp.Proof), "hash", "hashes"))))
 }
 
 // snapshotPhase takes a snapshot and proves it by replay, and checks its
@@ -238,15 +239,15 @@ func (d *demo) snapshotPhase() {
 	total := frontierRecords(info.Frontier)
 	if !v.Replayed || v.ReplayedRecords != total || v.ReplayStateHash != info.StateHash {
 		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %s, state %s; the file says %s (%s)",
-			v.Replayed, v.ReplayedRecords, plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
+			v.Replayed, v.ReplayedRecords, humanize.Plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
 	}
 	want, live := modelStateHash(d.writes)
 	if want != info.StateHash || uint64(live) != info.Entries {
 		ps = append(ps, fmt.Sprintf("the snapshot holds %s with state %s; the acknowledged writes imply %s with state %s",
-			plural(info.Entries, "key"), info.StateHash, plural(live, "key"), want))
+			humanize.Plural(info.Entries, "key"), info.StateHash, humanize.Plural(live, "key"), want))
 	}
 	d.add("snapshot", len(ps) == 0, problems(ps, fmt.Sprintf("%s: %s, %s; replay of %s proves state %s",
-		info.Name, plural(info.Entries, "key"), humanBytes(info.Size), plural(v.ReplayedRecords, "record"), info.StateHash)))
+		info.Name, humanize.Plural(info.Entries, "key"), humanize.Bytes(info.Size), humanize.Plural(v.ReplayedRecords, "record"), info.StateHash)))
 }
 
 // compactPhase applies a truncating policy three times, with a second round
@@ -316,11 +317,11 @@ func (d *demo) compactPhase() {
 	// Only sealed segments are removed: a demo too small to seal one (each
 	// anchor's log fits in its first segment) has nothing to truncate.
 	if ok && d.report.SegmentsRemoved == 0 && d.report.Segments > d.report.Anchors {
-		ps = append(ps, fmt.Sprintf("nothing was truncated (segments of %s)", humanBytes(d.cfg.segmentSize)))
+		ps = append(ps, fmt.Sprintf("nothing was truncated (segments of %s)", humanize.Bytes(d.cfg.segmentSize)))
 	}
 	var runs []string
 	for _, c := range d.report.Compactions {
-		s := plural(c.Actions, "action")
+		s := humanize.Plural(c.Actions, "action")
 		if c.Created != "" {
 			s += ", 1 snapshot created"
 		}
@@ -328,12 +329,12 @@ func (d *demo) compactPhase() {
 			s += fmt.Sprintf(", %d deleted", c.SnapshotsDelete)
 		}
 		if c.SegmentsRemoved > 0 {
-			s += fmt.Sprintf(", %s (%s) removed for %s of stubs", plural(c.SegmentsRemoved, "segment"), humanBytes(c.RemovedBytes), humanBytes(c.StubBytes))
+			s += fmt.Sprintf(", %s (%s) removed for %s of stubs", humanize.Plural(c.SegmentsRemoved, "segment"), humanize.Bytes(c.RemovedBytes), humanize.Bytes(c.StubBytes))
 		}
 		runs = append(runs, s)
 	}
 	d.add("compact", len(ps) == 0, problems(ps, fmt.Sprintf("keep 1, raw_log truncate; runs: [%s]; %s written between the first two",
-		strings.Join(runs, "; "), plural(d.report.SecondRoundRecords, "record"))))
+		strings.Join(runs, "; "), humanize.Plural(d.report.SecondRoundRecords, "record"))))
 
 	d.checkState("state after compaction")
 	d.verifyPhase("verify after compaction")
@@ -370,7 +371,7 @@ func (d *demo) checkSnapshotsAndAudit() {
 		ps = append(ps, "audit log: "+err.Error())
 	}
 	d.add("snapshots and audit log", len(ps) == 0 && len(list) > 0, problems(ps,
-		fmt.Sprintf("%d kept: %s; audit log of %s verifies", len(list), strings.Join(kept, ", "), plural(head.Lines, "line"))))
+		fmt.Sprintf("%d kept: %s; audit log of %s verifies", len(list), strings.Join(kept, ", "), humanize.Plural(head.Lines, "line"))))
 }
 
 // checkRetries retries the first idempotent append on each anchor: each must
@@ -400,7 +401,7 @@ func (d *demo) checkRetries(name string) {
 			}
 		}
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s of early idempotent appends answered with their original receipts", plural(n, "retry", "retries"))))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s of early idempotent appends answered with their original receipts", humanize.Plural(n, "retry", "retries"))))
 }
 
 // demoSnapshot is what must survive a rebuild unchanged.
@@ -449,13 +450,13 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 		}
 	}
 	if len(after.heads) != len(s.heads) {
-		ps = append(ps, fmt.Sprintf("%s before, %d after", plural(len(s.heads), "anchor"), len(after.heads)))
+		ps = append(ps, fmt.Sprintf("%s before, %d after", humanize.Plural(len(s.heads), "anchor"), len(after.heads)))
 	}
 	if after.root != s.root || after.size != s.size {
-		ps = append(ps, fmt.Sprintf("merged root %s over %s before, %s over %d after", s.root, plural(s.size, "record"), after.root, after.size))
+		ps = append(ps, fmt.Sprintf("merged root %s over %s before, %s over %d after", s.root, humanize.Plural(s.size, "record"), after.root, after.size))
 	}
 	if after.state != s.state || after.keys != s.keys {
-		ps = append(ps, fmt.Sprintf("state %s of %s before, %s of %d after", s.state, plural(s.keys, "key"), after.state, after.keys))
+		ps = append(ps, fmt.Sprintf("state %s of %s before, %s of %d after", s.state, humanize.Plural(s.keys, "key"), after.state, after.keys))
 	}
 	return ps
 }
@@ -511,7 +512,7 @@ func (d *demo) rebuildPhase() {
 		ps = append(ps, before.diff(after)...)
 	}
 	d.add("rebuild", len(ps) == 0, problems(ps, fmt.Sprintf("from %s in %.3fs (%s, %s): %s, merged root and state of %s unchanged",
-		from, elapsed.Seconds(), plural(plan.Segments, "segment file"), plural(plan.Stubs, "stub"), plural(len(after.heads), "head"), plural(after.keys, "key"))))
+		from, elapsed.Seconds(), humanize.Plural(plan.Segments, "segment file"), humanize.Plural(plan.Stubs, "stub"), humanize.Plural(len(after.heads), "head"), humanize.Plural(after.keys, "key"))))
 	d.checkState("state after rebuild")
 	d.verifyPhase("verify after rebuild")
 	d.checkRetries("idempotency after rebuild")
@@ -559,7 +560,7 @@ func (d *demo) checkState(name string) {
 	if scanned != live {
 		ps = append(ps, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s (%d live) as the %d acknowledged writes imply", plural(len(last), "key"), live, len(d.writes))))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s (%d live) as the %d acknowledged writes imply", humanize.Plural(len(last), "key"), live, len(d.writes))))
 }
 
 // modelState returns, for each key, the acknowledged write that decides it:

@@ -38,6 +38,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
@@ -312,7 +313,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	pos := fs.Args()
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
-		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), plural(len(pos), "argument")))
+		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), humanize.Plural(len(pos), "argument")))
 	}
 	e.print = newPrinter(e)
 	err = runCmd(e, pos)

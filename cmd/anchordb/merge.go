@@ -5,6 +5,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/spf13/pflag"
 )
@@ -132,7 +133,7 @@ func checkFrontierKnown(ctx context.Context, db *engine.DB, f merge.Frontier) er
 			return err
 		}
 		if !ok || info.Records < f[id] {
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, plural(info.Records, "record"))
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, humanize.Plural(info.Records, "record"))
 			e.Anchor, e.Seq = id, f[id]
 			return e
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/anchordb/anchordb/tool/importer"
 )
 
 // printer prints what a command found, in one output mode: lines for a
@@ -47,7 +48,7 @@ type printer interface {
 	ProofVerified(v proofCheck)
 	// Ingest is an ingest's report; Import an import's summary.
 	Ingest(rep engine.IngestReport)
-	Import(s importSummary)
+	Import(s importer.Summary)
 	// Stats is stats' report.
 	Stats(s statsReport)
 	// Compaction is compact's plan, and what applying it did.

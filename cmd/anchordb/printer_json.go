@@ -13,6 +13,7 @@ import (
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/anchordb/anchordb/tool/importer"
 )
 
 // jsonPrinter prints for a program: one JSON value a line on stdout, errors
@@ -79,7 +80,7 @@ func (p *jsonPrinter) Ingest(rep engine.IngestReport) {
 	p.out.json(rep)
 }
 
-func (p *jsonPrinter) Import(s importSummary) { p.out.json(s) }
+func (p *jsonPrinter) Import(s importer.Summary) { p.out.json(s) }
 
 func (p *jsonPrinter) Stats(r statsReport) {
 	out := statsJSON{Stats: r.stats, Damaged: r.damaged, Recovery: newRecoveryJSON(r.recovery)}
@@ -627,10 +628,10 @@ func errorJSON(err error) errorJSONShape {
 		b.Ours = &headJSON{Seq: fe.OurHead.Seq, Hash: fe.OurHead.Hash}
 		b.Theirs = &headJSON{Seq: fe.TheirSeq, Hash: fe.TheirHd}
 	}
-	var ie *importError
-	if errors.As(err, &ie) {
-		b.Line = ie.line
-		imported, dups := ie.imported, ie.duplicates
+	var le *importer.LineError
+	if errors.As(err, &le) {
+		b.Line = le.Line
+		imported, dups := le.Imported, le.Duplicates
 		b.Imported, b.Duplicates = &imported, &dups
 	}
 	var ge *ingestError

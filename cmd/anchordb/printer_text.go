@@ -13,11 +13,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/outbox"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/anchordb/anchordb/tool/importer"
 )
 
 // textPrinter prints for a person: a line a result, errors on stderr.
@@ -59,18 +61,18 @@ func (p *textPrinter) Merged(m engine.Positioned) {
 }
 
 func (p *textPrinter) MergedRoot(root segment.Hash, records uint64, f merge.Frontier) {
-	p.out.linef("merged root %s over %s of %s", root, plural(records, "record"), plural(len(f.Anchors()), "anchor"))
+	p.out.linef("merged root %s over %s of %s", root, humanize.Plural(records, "record"), humanize.Plural(len(f.Anchors()), "anchor"))
 }
 
 func (p *textPrinter) Verify(rep engine.VerifyReport) {
 	status := "ok"
 	if !rep.OK {
-		status = fmt.Sprintf("FAILED: %s", plural(len(rep.Failures), "finding"))
+		status = fmt.Sprintf("FAILED: %s", humanize.Plural(len(rep.Failures), "finding"))
 	}
 	if rep.OK && p.quiet {
 		return
 	}
-	p.out.linef("verify %s: %s, %s, %s of segments", status, plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))
+	p.out.linef("verify %s: %s, %s, %s of segments", status, humanize.Plural(rep.Anchors, "anchor"), humanize.Plural(rep.Records, "record"), humanize.Bytes(rep.Bytes))
 	for _, f := range rep.Failures {
 		var loc []string
 		if f.Anchor != "" {
@@ -101,7 +103,7 @@ func (p *textPrinter) CheckpointCreated(note []byte, _ *proof.Checkpoint, _ stri
 func (p *textPrinter) CheckpointVerified(cp *proof.Checkpoint) {
 	if !p.quiet {
 		p.out.linef("checkpoint verified: %s, %s, %s, root %s, time %s",
-			cp.Origin, plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, cp.Time.Format(time.RFC3339Nano))
+			cp.Origin, humanize.Plural(cp.Anchors, "anchor"), humanize.Plural(cp.Records, "record"), cp.Root, cp.Time.Format(time.RFC3339Nano))
 	}
 }
 
@@ -121,12 +123,12 @@ func (p *textPrinter) Ingest(rep engine.IngestReport) {
 				a.Had, a.Arrived, a.Appended, a.Head)
 		}
 	}
-	p.out.linef("ingested %s on %s from %s", plural(rep.Appended, "record"), plural(len(rep.Anchors), "anchor"), rep.From)
+	p.out.linef("ingested %s on %s from %s", humanize.Plural(rep.Appended, "record"), humanize.Plural(len(rep.Anchors), "anchor"), rep.From)
 }
 
-func (p *textPrinter) Import(s importSummary) {
+func (p *textPrinter) Import(s importer.Summary) {
 	if !p.quiet {
-		p.out.linef("imported %s, %s, from %s", plural(s.Imported, "record"), plural(s.Duplicates, "duplicate"), plural(s.Lines, "line"))
+		p.out.linef("imported %s, %s, from %s", humanize.Plural(s.Imported, "record"), humanize.Plural(s.Duplicates, "duplicate"), humanize.Plural(s.Lines, "line"))
 	}
 }
 
@@ -143,16 +145,16 @@ func (p *textPrinter) Stats(r statsReport) {
 		{"records", s.Records},
 		{"damaged anchors", s.DamagedAnchors},
 		{"segment files", s.SegmentFiles},
-		{"segment bytes", fmt.Sprintf("%d (%s)", s.SegmentBytes, humanBytes(s.SegmentBytes))},
-		{"index bytes", fmt.Sprintf("%d (%s)", s.IndexBytes, humanBytes(int64(s.IndexBytes)))},
-		{"in flight", fmt.Sprintf("%s, %d bytes", plural(s.InFlightRecords, "record"), s.InFlightBytes)},
+		{"segment bytes", fmt.Sprintf("%d (%s)", s.SegmentBytes, humanize.Bytes(s.SegmentBytes))},
+		{"index bytes", fmt.Sprintf("%d (%s)", s.IndexBytes, humanize.Bytes(int64(s.IndexBytes)))},
+		{"in flight", fmt.Sprintf("%s, %d bytes", humanize.Plural(s.InFlightRecords, "record"), s.InFlightBytes)},
 		{"open segment files", s.OpenFiles},
 		{"clock", s.Clock},
 		{"snapshots", s.Snapshots},
 		{"unsnapshotted", unsnapshottedText(s)},
 		{"since open", fmt.Sprintf("%s in %s, %s, %s of journal, %s, %s, %s",
-			plural(m.Records, "record"), plural(m.Groups, "commit group"), plural(m.JournalSyncs, "journal sync"), humanBytes(int64(m.JournalBytes)),
-			plural(m.SegmentWrites, "segment write"), plural(m.Seals, "seal"), plural(m.Settles, "settle"))},
+			humanize.Plural(m.Records, "record"), humanize.Plural(m.Groups, "commit group"), humanize.Plural(m.JournalSyncs, "journal sync"), humanize.Bytes(int64(m.JournalBytes)),
+			humanize.Plural(m.SegmentWrites, "segment write"), humanize.Plural(m.Seals, "seal"), humanize.Plural(m.Settles, "settle"))},
 		{"commit groups", fmt.Sprintf("records a group p50 %d, p99 %d (bucket bounds); journal fdatasync p50 %s, p99 %s",
 			m.GroupRecordsP50, m.GroupRecordsP99, m.SyncLatencyP50, m.SyncLatencyP99)},
 		{"duplicates", m.Duplicates},
@@ -190,9 +192,9 @@ func unsnapshottedText(s engine.Stats) string {
 		return "0 records"
 	}
 	if s.OldestUnsnapshottedAfterNow {
-		return fmt.Sprintf("%s, the oldest dated after now (the clock went back, or its date is wrong): its age is unknown", plural(s.RecordsUnsnapshotted, "record"))
+		return fmt.Sprintf("%s, the oldest dated after now (the clock went back, or its date is wrong): its age is unknown", humanize.Plural(s.RecordsUnsnapshotted, "record"))
 	}
-	return fmt.Sprintf("%s, the oldest %s old", plural(s.RecordsUnsnapshotted, "record"), s.OldestUnsnapshottedAge.Round(time.Millisecond))
+	return fmt.Sprintf("%s, the oldest %s old", humanize.Plural(s.RecordsUnsnapshotted, "record"), s.OldestUnsnapshottedAge.Round(time.Millisecond))
 }
 
 func (p *textPrinter) Compaction(res engine.CompactionResult) {
@@ -226,8 +228,8 @@ func (p *textPrinter) Compaction(res engine.CompactionResult) {
 		created = "created " + res.Created.Name
 	}
 	p.out.linef("applied %s: %s, %s deleted, %s recorded, %s removed (%s; stubs of %s written in their place: %s)",
-		plural(len(res.Plan.Actions), "action"), created, plural(deleted, "snapshot"), plural(cuts, "cut"), plural(removed, "segment"),
-		humanBytes(res.RemovedBytes), humanBytes(res.StubBytes), netText(res.NetBytes()))
+		humanize.Plural(len(res.Plan.Actions), "action"), created, humanize.Plural(deleted, "snapshot"), humanize.Plural(cuts, "cut"), humanize.Plural(removed, "segment"),
+		humanize.Bytes(res.RemovedBytes), humanize.Bytes(res.StubBytes), netText(res.NetBytes()))
 }
 
 func (p *textPrinter) SnapshotCreated(info snapshot.Info) {
@@ -236,7 +238,7 @@ func (p *textPrinter) SnapshotCreated(info snapshot.Info) {
 		return
 	}
 	p.out.linef("snapshot %s: %s at a frontier of %s and %s, %s, state %s",
-		info.Name, plural(info.Entries, "key"), plural(len(info.Frontier), "anchor"), plural(frontierRecords(info.Frontier), "record"), humanBytes(info.Size), info.StateHash)
+		info.Name, humanize.Plural(info.Entries, "key"), humanize.Plural(len(info.Frontier), "anchor"), humanize.Plural(frontierRecords(info.Frontier), "record"), humanize.Bytes(info.Size), info.StateHash)
 }
 
 func (p *textPrinter) SnapshotList(dir string, list []snapshot.Info, audited []bool) {
@@ -265,7 +267,7 @@ func (p *textPrinter) SnapshotList(dir string, list []snapshot.Info, audited []b
 			foreign++
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, createdText(s.Created), s.Entries, len(s.Frontier),
-			frontierRecords(s.Frontier), humanBytes(s.Size), s.StateHash, policy, yes)
+			frontierRecords(s.Frontier), humanize.Bytes(s.Size), s.StateHash, policy, yes)
 	}
 
 	_ = tw.Flush()
@@ -303,11 +305,11 @@ func (p *textPrinter) SnapshotVerified(name string, v engine.SnapshotVerificatio
 	}
 	switch {
 	case !v.Replayed:
-		p.out.linef("ok   %s: file and state hash verify (%s); %s", name, plural(v.Info.Entries, "key"), v.Note)
+		p.out.linef("ok   %s: file and state hash verify (%s); %s", name, humanize.Plural(v.Info.Entries, "key"), v.Note)
 	case v.Base != "":
-		p.out.linef("ok   %s: replay of %s from base %s gives state %s%s", name, plural(v.ReplayedRecords, "record"), v.Base, v.ReplayStateHash, unaudited)
+		p.out.linef("ok   %s: replay of %s from base %s gives state %s%s", name, humanize.Plural(v.ReplayedRecords, "record"), v.Base, v.ReplayStateHash, unaudited)
 	default:
-		p.out.linef("ok   %s: replay of %s from genesis gives state %s%s", name, plural(v.ReplayedRecords, "record"), v.ReplayStateHash, unaudited)
+		p.out.linef("ok   %s: replay of %s from genesis gives state %s%s", name, humanize.Plural(v.ReplayedRecords, "record"), v.ReplayStateHash, unaudited)
 	}
 }
 
@@ -328,14 +330,14 @@ func (p *textPrinter) Rebuild(r rebuildReport) {
 	what := fromText(r.fromSnapshot)
 	if !plan.Applied {
 		p.out.linef("rebuild-index (dry run): would drop the index of %s and rebuild it %sfrom %s, %s (%s) and %s of truncated segments",
-			plan.Dir, what, plural(plan.Anchors, "anchor"), plural(plan.Segments, "segment file"), humanBytes(plan.Bytes), plural(plan.Stubs, "stub"))
+			plan.Dir, what, humanize.Plural(plan.Anchors, "anchor"), humanize.Plural(plan.Segments, "segment file"), humanize.Bytes(plan.Bytes), humanize.Plural(plan.Stubs, "stub"))
 		if !p.quiet {
 			p.out.linef("nothing was changed; run with --apply to rebuild")
 		}
 		return
 	}
 	p.out.linef("rebuilt the index of %s %sfrom %s, %s (%s) and %s in %.3fs",
-		plan.Dir, what, plural(plan.Anchors, "anchor"), plural(plan.Segments, "segment file"), humanBytes(plan.Bytes), plural(plan.Stubs, "stub"), r.seconds)
+		plan.Dir, what, humanize.Plural(plan.Anchors, "anchor"), humanize.Plural(plan.Segments, "segment file"), humanize.Bytes(plan.Bytes), humanize.Plural(plan.Stubs, "stub"), r.seconds)
 	if p.quiet {
 		return
 	}
@@ -445,26 +447,26 @@ func (p *textPrinter) Demo(r demoReport) {
 		result = "FAILED"
 	}
 	if p.quiet {
-		p.out.linef("demo %s: %s on %s, %.0f records/s", result, plural(r.Records, "record"), plural(r.Anchors, "anchor"), r.RecordsPerSec)
+		p.out.linef("demo %s: %s on %s, %.0f records/s", result, humanize.Plural(r.Records, "record"), humanize.Plural(r.Anchors, "anchor"), r.RecordsPerSec)
 		return
 	}
 	where := r.Dir + " (removed; --keep keeps it)"
 	if r.Kept {
 		where = r.Dir + " (kept)"
 	}
-	p.out.linef("anchordb demo: %s × %s on %s, %s durability", plural(r.Writers, "writer"), plural(r.RecordsPerWriter, "record"), plural(r.AnchorsRequested, "anchor"), r.Durability)
+	p.out.linef("anchordb demo: %s × %s on %s, %s durability", humanize.Plural(r.Writers, "writer"), humanize.Plural(r.RecordsPerWriter, "record"), humanize.Plural(r.AnchorsRequested, "anchor"), r.Durability)
 	p.out.linef("  database  %s", where)
 	p.out.linef("  write     %s in %.3fs: %.0f records/s (%s answered from the index)",
-		plural(r.Written, "record"), r.WriteSeconds, r.RecordsPerSec, plural(r.Retries, "idempotent retry", "idempotent retries"))
+		humanize.Plural(r.Written, "record"), r.WriteSeconds, r.RecordsPerSec, humanize.Plural(r.Retries, "idempotent retry", "idempotent retries"))
 	p.out.linef("  stored    %s, %s, %s of up to %s, %s (index %s)",
-		plural(r.Anchors, "anchor"), plural(r.Records, "record"), plural(r.Segments, "segment file"), humanBytes(r.SegmentSize), humanBytes(r.SegmentBytes), humanBytes(int64(r.IndexBytes)))
+		humanize.Plural(r.Anchors, "anchor"), humanize.Plural(r.Records, "record"), humanize.Plural(r.Segments, "segment file"), humanize.Bytes(r.SegmentSize), humanize.Bytes(r.SegmentBytes), humanize.Bytes(int64(r.IndexBytes)))
 	if r.MergedRecords > 0 {
-		p.out.linef("  merge     %s in merged order at %.0f records/s, root %s", plural(r.MergedRecords, "record"), r.MergeRecordsPerSec, r.MergedRoot)
+		p.out.linef("  merge     %s in merged order at %.0f records/s, root %s", humanize.Plural(r.MergedRecords, "record"), r.MergeRecordsPerSec, r.MergedRoot)
 	}
 	if len(r.Compactions) > 0 {
 		p.out.linef("  compact   %s around a second round of %s: %s removed (%s), stubs of %s written in their place: %s",
-			plural(len(r.Compactions), "run"), plural(r.SecondRoundRecords, "record"), plural(r.SegmentsRemoved, "segment"), humanBytes(r.RemovedBytes),
-			humanBytes(r.StubBytes), netText(r.NetBytes))
+			humanize.Plural(len(r.Compactions), "run"), humanize.Plural(r.SecondRoundRecords, "record"), humanize.Plural(r.SegmentsRemoved, "segment"), humanize.Bytes(r.RemovedBytes),
+			humanize.Bytes(r.StubBytes), netText(r.NetBytes))
 	}
 	if r.RebuildSeconds > 0 {
 		p.out.linef("  rebuild   index rebuilt from the snapshot in %.3fs", r.RebuildSeconds)
@@ -571,29 +573,12 @@ func errorLine(err error) string {
 	return string(code) + " " + code.Reason() + ": " + msg
 }
 
-// humanBytes renders a byte count in binary units.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < 0 { // a difference: stubs larger than the segments they replace
-		return "-" + humanBytes(-n)
-	}
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // netText says what a compaction freed: removed bytes less the stubs
 // written in their place, which can be more (small segments whose records
 // the stubs keep).
 func netText(n int64) string {
 	if n < 0 {
-		return humanBytes(-n) + " more than before"
+		return humanize.Bytes(-n) + " more than before"
 	}
-	return humanBytes(n) + " freed"
+	return humanize.Bytes(n) + " freed"
 }

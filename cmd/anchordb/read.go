@@ -6,6 +6,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
@@ -240,5 +241,5 @@ func (g *goneRuns) err() error {
 	case g.more == 0:
 		return g.first
 	}
-	return fmt.Errorf("%w (and %s of removed records after it)", g.first, plural(g.more, "more run"))
+	return fmt.Errorf("%w (and %s of removed records after it)", g.first, humanize.Plural(g.more, "more run"))
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/spf13/pflag"
 )
@@ -81,8 +82,8 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 					if p.TotalBytes > 0 {
 						pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 					}
-					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, plural(p.Anchors, "anchor"), plural(p.Records, "record"),
-						humanBytes(p.Bytes), humanBytes(p.TotalBytes))
+					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, humanize.Plural(p.Anchors, "anchor"), humanize.Plural(p.Records, "record"),
+						humanize.Bytes(p.Bytes), humanize.Bytes(p.TotalBytes))
 				}
 			}
 			rep, err := db.Verify(e.ctx, opts)

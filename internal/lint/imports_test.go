@@ -27,6 +27,7 @@ var layers = map[string][]string{
 	"internal/invariants": nil,
 	"internal/jsonobj":    nil,
 	"internal/fsutil":     nil,
+	"internal/humanize":   nil,
 	"internal/journal":    {"internal/errs", "internal/fsutil"},
 	"internal/lint":       nil,
 	"internal/testutil":   {"internal/errs", "segment"},
@@ -40,9 +41,10 @@ var layers = map[string][]string{
 	"bench/harness": {"engine", "merge", "snapshot", "proof", "segment", "internal/errs"},
 	"bench": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
 		"internal/errs", "internal/journal"},
-	"cmd/anchordb": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
-		"internal/errs", "internal/jsonobj"},
-	"fuzz": {"engine", "merge", "snapshot", "proof", "segment",
+	"tool/importer": {"engine", "segment", "internal/errs", "internal/jsonobj", "internal/humanize"},
+	"cmd/anchordb": {"bench/harness", "tool/importer", "engine", "merge", "snapshot", "proof", "segment", "outbox",
+		"internal/errs", "internal/humanize"},
+	"fuzz": {"engine", "merge", "snapshot", "proof", "segment", "tool/importer",
 		"internal/errs", "internal/journal", "internal/jsonobj", "internal/testutil"},
 }
 
