@@ -62,11 +62,11 @@ Progress is drawn on stderr when it is a terminal.`,
 			bar := e.newProgress()
 			if bar.on {
 				opts.Progress = func(i, n int, a snapshot.Action) {
-					bar.update("compact: %d/%d %s %s", i+1, n, a.Kind, a.Anchor)
+					bar.Update("compact: %d/%d %s %s", i+1, n, a.Kind, a.Anchor)
 				}
 			}
 			res, err := db.Compact(e.ctx, policy, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}

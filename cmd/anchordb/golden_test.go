@@ -14,6 +14,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/tool/demo"
 	"github.com/cockroachdb/datadriven"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -93,7 +94,7 @@ func (g *golden) do(t *testing.T, td *datadriven.TestData) string {
 		// The demo's report in every mode: the demo itself writes with
 		// the real clock and measures its speed, so its report is fixed
 		// here instead.
-		var r demoReport
+		var r demo.Report
 		dec := json.NewDecoder(strings.NewReader(td.Input))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&r); err != nil {

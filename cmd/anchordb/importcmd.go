@@ -91,13 +91,13 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			// Pass 2: append.
 			prog := e.newProgress()
 			im := &importer.Importer{DB: db, Batch: batch, Progress: func(s importer.Summary) {
-				prog.update("import: %d of %s, %s imported", s.Lines, humanize.Plural(input.Lines, "line"), humanize.Plural(s.Imported, "record"))
+				prog.Update("import: %d of %s, %s imported", s.Lines, humanize.Plural(input.Lines, "line"), humanize.Plural(s.Imported, "record"))
 			}}
 			if noSync {
 				im.Options = []engine.WriteOption{engine.WithNoSync(true)}
 			}
 			sum, err := im.Import(e.ctx, input.Input)
-			prog.done()
+			prog.Done()
 			if err != nil {
 				return err
 			}

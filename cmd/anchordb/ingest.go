@@ -70,10 +70,10 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			bar := e.newProgress()
 			opts := engine.IngestOptions{Anchors: anchors}
 			if bar.on {
-				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%s", done, humanize.Plural(total, "record")) }
+				opts.Progress = func(done, total uint64) { bar.Update("ingest: %d/%s", done, humanize.Plural(total, "record")) }
 			}
 			rep, err := db.Ingest(e.ctx, from, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return &ingestError{appended: rep.Appended, err: err}
 			}

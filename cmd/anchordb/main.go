@@ -586,7 +586,8 @@ func (e *env) progressOK() bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// progress draws one status line on stderr when progressOK; done clears it.
+// progress draws one status line on stderr when progressOK; Done clears
+// it. It is the demo's demo.Progress too.
 type progress struct {
 	w  io.Writer
 	on bool
@@ -594,13 +595,15 @@ type progress struct {
 
 func (e *env) newProgress() *progress { return &progress{w: e.stderr, on: e.progressOK()} }
 
-func (p *progress) update(format string, args ...any) {
+// Update replaces the line with a new one.
+func (p *progress) Update(format string, args ...any) {
 	if p.on {
 		fmt.Fprintf(p.w, "\r\x1b[K"+format, args...)
 	}
 }
 
-func (p *progress) done() {
+// Done clears the line.
+func (p *progress) Done() {
 	if p.on {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}

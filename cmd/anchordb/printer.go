@@ -7,6 +7,7 @@ import (
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/anchordb/anchordb/tool/demo"
 	"github.com/anchordb/anchordb/tool/importer"
 )
 
@@ -75,7 +76,7 @@ type printer interface {
 	// Version is what this build is and the formats it writes and reads.
 	Version(v versionInfo)
 	// Demo is the demo's report.
-	Demo(r demoReport)
+	Demo(r demo.Report)
 	// Error reports the error a command ended with; an exitStatus, whose
 	// command has printed what it found, prints nothing.
 	Error(err error)

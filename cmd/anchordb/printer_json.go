@@ -13,6 +13,7 @@ import (
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/anchordb/anchordb/tool/demo"
 	"github.com/anchordb/anchordb/tool/importer"
 )
 
@@ -171,7 +172,7 @@ func (p *jsonPrinter) OutboxStats(st *outbox.Stats) {
 
 func (p *jsonPrinter) Version(v versionInfo) { p.out.json(v) }
 
-func (p *jsonPrinter) Demo(r demoReport) { p.out.json(r) }
+func (p *jsonPrinter) Demo(r demo.Report) { p.out.json(r) }
 
 // Error prints the error's JSON shape on stdout.
 func (p *jsonPrinter) Error(err error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/anchordb/anchordb/tool/demo"
 	"github.com/anchordb/anchordb/tool/importer"
 )
 
@@ -441,7 +442,7 @@ func (p *textPrinter) Version(v versionInfo) {
 	}
 }
 
-func (p *textPrinter) Demo(r demoReport) {
+func (p *textPrinter) Demo(r demo.Report) {
 	result := "ok"
 	if !r.OK {
 		result = "FAILED"

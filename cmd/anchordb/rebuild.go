@@ -43,12 +43,12 @@ rebuild found and did (adopted records, state_from_snapshot, snapshot_skipped, â
 			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}, Clock: engineClock}
 			bar := e.newProgress()
 			if apply {
-				bar.update("rebuild-index: rebuilding the index of %s", e.g.dir)
+				bar.Update("rebuild-index: rebuilding the index of %s", e.g.dir)
 			}
 			start := time.Now()
 			plan, err := engine.RebuildIndexWith(e.ctx, e.g.dir, opts, engine.RebuildOptions{Apply: apply, FromSnapshot: fromSnapshot})
 			elapsed := time.Since(start)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}

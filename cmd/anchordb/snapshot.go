@@ -166,9 +166,9 @@ func snapshotVerify(e *env, names []string) error {
 	status := exitOK
 	bar := e.newProgress()
 	for i, t := range targets {
-		bar.update("snapshot verify: %d/%d %s", i+1, len(targets), t.name)
+		bar.Update("snapshot verify: %d/%d %s", i+1, len(targets), t.name)
 		v, err := db.VerifySnapshot(e.ctx, t.path)
-		bar.done()
+		bar.Done()
 		if err != nil {
 			if e.ctx.Err() != nil {
 				return err

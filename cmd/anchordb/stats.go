@@ -1,9 +1,6 @@
 package main
 
 import (
-	"io/fs"
-	"path/filepath"
-
 	"github.com/spf13/pflag"
 )
 
@@ -44,20 +41,4 @@ and "recovery": what this command's open found ({"clean","rebuilt","events"}).`,
 			return nil
 		}
 	},
-}
-
-// dirBytes sums the sizes of the regular files under dir.
-func dirBytes(dir string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		info, err := d.Info()
-		if err == nil {
-			n += info.Size()
-		}
-		return err
-	})
-	return n, err
 }

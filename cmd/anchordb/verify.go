@@ -82,12 +82,12 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 					if p.TotalBytes > 0 {
 						pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 					}
-					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, humanize.Plural(p.Anchors, "anchor"), humanize.Plural(p.Records, "record"),
+					bar.Update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, humanize.Plural(p.Anchors, "anchor"), humanize.Plural(p.Records, "record"),
 						humanize.Bytes(p.Bytes), humanize.Bytes(p.TotalBytes))
 				}
 			}
 			rep, err := db.Verify(e.ctx, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}

@@ -1,10 +1,12 @@
-package main
+package demo
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,7 +40,7 @@ func (d *demo) laterPhases() {
 // verifyPhase runs the engine's full verify and adds its outcome as a check.
 func (d *demo) verifyPhase(name string) {
 	defer d.phases.step(name)()
-	rep, err := d.db.Verify(d.e.ctx, engine.VerifyOptions{})
+	rep, err := d.db.Verify(d.ctx, engine.VerifyOptions{})
 	if err != nil {
 		d.add(name, false, err.Error())
 		return
@@ -55,7 +57,7 @@ func (d *demo) verifyPhase(name string) {
 // against the merged root and the merged order.
 func (d *demo) mergePhase() {
 	defer d.phases.step("merge")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	f, err := d.db.Frontier(ctx)
 	if err != nil {
 		d.add("merge", false, err.Error())
@@ -113,7 +115,7 @@ func (d *demo) mergePhase() {
 // (nil if there is none).
 func (d *demo) checkpointPhase() *proof.Checkpoint {
 	defer d.phases.step("checkpoint")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	fail := func(err error) *proof.Checkpoint {
 		d.add("checkpoint", false, err.Error())
 		return nil
@@ -123,10 +125,10 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		return fail(err)
 	}
 	prefix := filepath.Join(d.dir, "demo-checkpoint")
-	if err := writeKeyFile(prefix+".key", skey, 0o600, false); err != nil {
+	if err := saveKey(prefix+".key", skey, 0o600); err != nil {
 		return fail(err)
 	}
-	if err := writeKeyFile(prefix+".pub", vkey, 0o644, false); err != nil {
+	if err := saveKey(prefix+".pub", vkey, 0o644); err != nil {
 		return fail(err)
 	}
 	d.report.KeyFile = prefix + ".key"
@@ -180,7 +182,7 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 		d.add("inclusion proof", false, fmt.Sprintf("the checkpoint has no entry for anchor %q", w.Anchor))
 		return
 	}
-	p, err := d.db.ProveInclusion(d.e.ctx, w.Anchor, w.Seq, entry.Size)
+	p, err := d.db.ProveInclusion(d.ctx, w.Anchor, w.Seq, entry.Size)
 	if err != nil {
 		d.add("inclusion proof", false, err.Error())
 		return
@@ -223,7 +225,7 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 // state hash against the state the acknowledged writes imply.
 func (d *demo) snapshotPhase() {
 	defer d.phases.step("snapshot")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	info, err := d.db.CreateSnapshot(ctx, "")
 	if err != nil {
 		d.add("snapshot", false, err.Error())
@@ -236,7 +238,7 @@ func (d *demo) snapshotPhase() {
 		return
 	}
 	var ps []string
-	total := frontierRecords(info.Frontier)
+	total := merge.Frontier(info.Frontier.Seqs()).Total() // the records the snapshot covers
 	if !v.Replayed || v.ReplayedRecords != total || v.ReplayStateHash != info.StateHash {
 		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %s, state %s; the file says %s (%s)",
 			v.Replayed, v.ReplayedRecords, humanize.Plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
@@ -257,10 +259,10 @@ func (d *demo) snapshotPhase() {
 // snapshot and truncates below the new one. Then the state, verify, the
 // kept snapshots, the audit log and idempotent retries are checked.
 func (d *demo) compactPhase() {
-	ctx := d.e.ctx
-	round2 := max(1, d.cfg.records/4)
+	ctx := d.ctx
+	round2 := max(1, d.cfg.Records/4)
 	policy := snapshot.Policy{Version: snapshot.PolicyVersion,
-		Snapshot:      snapshot.Triggers{EveryRecords: int64(max(1, d.cfg.writers*round2/2))},
+		Snapshot:      snapshot.Triggers{EveryRecords: int64(max(1, d.cfg.Writers*round2/2))},
 		KeepSnapshots: 1, RawLog: snapshot.RawLogTruncate, VerifyBeforeDelete: true}
 	d.report.Policy = string(policy.Canonical())
 	var ps []string
@@ -280,7 +282,7 @@ func (d *demo) compactPhase() {
 			ps = append(ps, fmt.Sprintf("compaction %d: %v", len(d.report.Compactions)+1, err))
 			return false
 		}
-		c := demoCompaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes}
+		c := Compaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes}
 		if res.Created != nil {
 			c.Created = res.Created.Name
 		}
@@ -317,7 +319,7 @@ func (d *demo) compactPhase() {
 	// Only sealed segments are removed: a demo too small to seal one (each
 	// anchor's log fits in its first segment) has nothing to truncate.
 	if ok && d.report.SegmentsRemoved == 0 && d.report.Segments > d.report.Anchors {
-		ps = append(ps, fmt.Sprintf("nothing was truncated (segments of %s)", humanize.Bytes(d.cfg.segmentSize)))
+		ps = append(ps, fmt.Sprintf("nothing was truncated (segments of %s)", humanize.Bytes(d.cfg.SegmentSize)))
 	}
 	var runs []string
 	for _, c := range d.report.Compactions {
@@ -345,7 +347,7 @@ func (d *demo) compactPhase() {
 // checkSnapshotsAndAudit verifies every kept snapshot and the audit log.
 func (d *demo) checkSnapshotsAndAudit() {
 	defer d.phases.step("snapshots and audit log")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	var ps, kept []string
 	list, err := d.db.Snapshots(ctx)
 	if err != nil {
@@ -388,7 +390,7 @@ func (d *demo) checkRetries(name string) {
 		}
 		seen[w.entry.Anchor] = true
 		n++
-		r, err := d.db.Append(d.e.ctx, w.entry)
+		r, err := d.db.Append(d.ctx, w.entry)
 		switch {
 		case err != nil:
 			ps = append(ps, fmt.Sprintf("retry of %s #%d: %v", w.receipt.Anchor, w.receipt.Seq, err))
@@ -397,7 +399,7 @@ func (d *demo) checkRetries(name string) {
 				w.receipt.Anchor, w.receipt.Seq, w.entry.IdempotencyKey, r.Seq))
 			if !r.Duplicate {
 				// It was appended: the model must know.
-				d.writes = append(d.writes, demoWrite{entry: w.entry, receipt: r})
+				d.writes = append(d.writes, ack{entry: w.entry, receipt: r})
 			}
 		}
 	}
@@ -414,7 +416,7 @@ type demoSnapshot struct {
 }
 
 func (d *demo) capture() (demoSnapshot, error) {
-	ctx := d.e.ctx
+	ctx := d.ctx
 	s := demoSnapshot{heads: map[string]engine.AnchorInfo{}}
 	for info, err := range d.db.Anchors(ctx) {
 		if err != nil {
@@ -466,7 +468,7 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 // then verifies and retries again.
 func (d *demo) rebuildPhase() {
 	defer d.phases.step("rebuild")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	before, err := d.capture()
 	if err != nil {
 		d.add("rebuild", false, "reading the state before: "+err.Error())
@@ -479,7 +481,7 @@ func (d *demo) rebuildPhase() {
 		return
 	}
 	opts := d.options()
-	opts.Logger = stderrLogger{w: d.e.stderr, quiet: true}
+	opts.Logger = errorsOnly{d.cfg.Logger} // the report below says what the rebuild did
 	start := time.Now()
 	plan, err := engine.RebuildIndexWith(ctx, d.dir, opts, engine.RebuildOptions{Apply: true, FromSnapshot: true})
 	elapsed := time.Since(start)
@@ -526,7 +528,7 @@ func (d *demo) rebuildPhase() {
 // order), whatever compaction removed from the logs.
 func (d *demo) checkState(name string) {
 	defer d.phases.step(name)()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	last := modelState(d.writes)
 	var ps []string
 	live := 0
@@ -565,17 +567,17 @@ func (d *demo) checkState(name string) {
 
 // modelState returns, for each key, the acknowledged write that decides it:
 // the last put or delete in merged order (counter, anchor id bytes).
-func modelState(writes []demoWrite) map[string]demoWrite {
-	kv := make([]demoWrite, 0, len(writes))
+func modelState(writes []ack) map[string]ack {
+	kv := make([]ack, 0, len(writes))
 	for _, w := range writes {
 		if w.entry.Type == segment.TypePut || w.entry.Type == segment.TypeDelete {
 			kv = append(kv, w)
 		}
 	}
-	slices.SortFunc(kv, func(a, b demoWrite) int {
+	slices.SortFunc(kv, func(a, b ack) int {
 		return merge.CompareKeys(a.receipt.Counter, a.receipt.Anchor, b.receipt.Counter, b.receipt.Anchor)
 	})
-	last := make(map[string]demoWrite)
+	last := make(map[string]ack)
 	for _, w := range kv {
 		last[string(w.entry.Key)] = w
 	}
@@ -584,7 +586,7 @@ func modelState(writes []demoWrite) map[string]demoWrite {
 
 // modelStateHash is the state hash (SPEC §6) of the live keys the writes
 // imply, and their number.
-func modelStateHash(writes []demoWrite) (segment.Hash, int) {
+func modelStateHash(writes []ack) (segment.Hash, int) {
 	last := modelState(writes)
 	keys := make([]string, 0, len(last))
 	for k, w := range last {
@@ -598,4 +600,41 @@ func modelStateHash(writes []demoWrite) (segment.Hash, int) {
 		_ = h.Add([]byte(k), last[k].entry.Value)
 	}
 	return h.Sum(), len(keys)
+}
+
+// errorsOnly passes on a logger's errors and drops its notes.
+type errorsOnly struct{ l engine.Logger }
+
+func (errorsOnly) Infof(string, ...any) {}
+
+func (e errorsOnly) Errorf(format string, args ...any) {
+	if e.l != nil {
+		e.l.Errorf(format, args...)
+	}
+}
+
+// saveKey writes key and a newline to a new file at path with mode perm
+// (whatever the umask), durably, as anchordb keygen writes its key files.
+func saveKey(path, key string, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errs.New(errs.CodeInvalidInput, "%s exists", path)
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", path)
+	}
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = io.WriteString(f, key+"\n")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write %s", path)
+	}
+	return nil
 }
