@@ -10,7 +10,7 @@ var compactCmd = &command{
 	name:    "compact",
 	args:    "--policy F [--dry-run|--apply]",
 	summary: "plan (by default) or apply retention and compaction under a policy: snapshots, deletions, truncation",
-	detail: `Reads the retention policy in F ('-' for stdin; SPEC §6, missing fields take their defaults):
+	detail: `Reads the retention policy in F ('-' for stdin; docs/CONTRACT.md §6, missing fields take their defaults):
   {"version":"v1","snapshot":{"every_records":1000,"every_seconds":86400,"every_bytes":104857600},
    "keep_snapshots":3,"raw_log":"forever","verify_before_delete":true}
 An unknown field, a wrong type or a value out of range is INPUT_001 (exit 2).
@@ -19,7 +19,7 @@ An unknown field, a wrong type or a value out of range is INPUT_001 (exit 2).
 create_snapshot when a trigger fired, delete_snapshot beyond keep_snapshots, and with
 raw_log "truncate" record_cut and remove_segment for sealed segments wholly below the
 oldest kept snapshot and covered by the newest checkpoint the database stored itself,
-as its audit log records (SPEC §6: the cut lies in a signed tree; sign one with
+as its audit log records (docs/CONTRACT.md §6: the cut lies in a signed tree; sign one with
 checkpoint create) — with the snapshots kept and notes on what is left alone, among them
 any other file in checkpoints/. A plan that does nothing of a kind says what holds it
 back: no trigger fired, the snapshots are within keep_snapshots, and for truncation no

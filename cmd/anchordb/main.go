@@ -1,4 +1,4 @@
-// Command anchordb is the command line of the anchordb engine (SPEC §10).
+// Command anchordb is the command line of the anchordb engine (CONTRACT §10).
 //
 // It is thin: it parses flags, calls the engine and prints. Every command is
 // one entry of the commands table below — its name, arguments, summary and a
@@ -43,7 +43,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// Exit statuses (SPEC §10).
+// Exit statuses (CONTRACT §10).
 const (
 	exitOK      = 0
 	exitFinding = 1 // an integrity or conflict finding
@@ -155,7 +155,7 @@ type exitStatus int
 
 func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
 
-// exitCode maps an error to the exit status of SPEC §10 through its code.
+// exitCode maps an error to the exit status of CONTRACT §10 through its code.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
@@ -195,7 +195,7 @@ func main() {
 // cancels: the command stops at its next check and closes the database
 // cleanly (an interrupted command exits 2, IO_001 "interrupted"). A second
 // one while the first is being handled ends the process at once, with exit
-// status 2 (SPEC §10 has no other status for it; an interrupt is an I/O
+// status 2 (CONTRACT §10 has no other status for it; an interrupt is an I/O
 // failure to the caller either way) and a line on stderr: for a process the
 // first could not stop, such as one blocked in a system call that no
 // context reaches. The database is then not closed; the kernel drops its

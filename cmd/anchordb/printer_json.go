@@ -18,7 +18,7 @@ import (
 )
 
 // jsonPrinter prints for a program: one JSON value a line on stdout, errors
-// included ({"error":{…}}), in the shapes below (SPEC §10).
+// included ({"error":{…}}), in the shapes below (CONTRACT §10).
 // --quiet changes none of it.
 type jsonPrinter struct {
 	out  *output
@@ -190,7 +190,7 @@ func (p *jsonPrinter) Error(err error) {
 }
 
 // byteString prints as a JSON string when it is valid UTF-8, else as
-// {"b64":"<standard base64>"} (SPEC §10).
+// {"b64":"<standard base64>"} (CONTRACT §10).
 type byteString []byte
 
 func (b byteString) MarshalJSON() ([]byte, error) {
@@ -213,7 +213,7 @@ func optBytes(b []byte) *byteString {
 	return &s
 }
 
-// recordJSON is the record shape of SPEC §10.
+// recordJSON is the record shape of CONTRACT §10.
 type recordJSON struct {
 	Anchor         string       `json:"anchor"`
 	Seq            uint64       `json:"seq"`
@@ -253,7 +253,7 @@ type foundJSON struct {
 	Found bool `json:"found"`
 }
 
-// mergedJSON is the record shape of SPEC §10 plus the global position.
+// mergedJSON is the record shape of CONTRACT §10 plus the global position.
 type mergedJSON struct {
 	recordJSON
 	Pos uint64 `json:"pos"`
@@ -427,7 +427,7 @@ type rebuildJSON struct {
 	Recovery     *recoveryJSON `json:"recovery,omitempty"` // set with --apply
 }
 
-// outboxEntryJSON is an entry as the CLI prints it (SPEC §12).
+// outboxEntryJSON is an entry as the CLI prints it (CONTRACT §12).
 type outboxEntryJSON struct {
 	Outbox        string            `json:"outbox"`
 	ID            string            `json:"id"`
@@ -550,7 +550,7 @@ type outboxStatsJSON struct {
 	Unflushed          int    `json:"unflushed"`
 }
 
-// errorBody is the JSON error shape of SPEC §10 with the optional details an
+// errorBody is the JSON error shape of CONTRACT §10 with the optional details an
 // error carries: its location, an idempotency conflict's original receipt
 // and fingerprints, a refusal's retry hint, an import's line.
 type errorBody struct {

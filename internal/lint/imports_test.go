@@ -17,7 +17,7 @@ import (
 const module = "github.com/anchordb/anchordb/"
 
 // layers says, for each package of the module, which of the module's
-// packages it may import (SPEC §11, STYLE.md): cmd, bench and fuzz sit on
+// packages it may import (CONTRACT §11, STYLE.md): cmd, bench and fuzz sit on
 // engine, cmd and bench also on outbox (a client of engine's public API);
 // engine on merge, snapshot and proof; those three on segment and never on
 // one another; segment on internal/errs alone. A package missing

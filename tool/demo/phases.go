@@ -269,7 +269,7 @@ func (d *demo) compactPhase() {
 	var planned int64
 	compact := func() bool {
 		defer d.phases.step(fmt.Sprintf("compaction %d", len(d.report.Compactions)+1))()
-		// A cut lies inside a signed checkpoint (SPEC §6): sign one of
+		// A cut lies inside a signed checkpoint (CONTRACT §6): sign one of
 		// everything written so far with the demo's key first.
 		if d.skey != "" {
 			if _, _, err := d.db.CreateCheckpoint(ctx, d.skey); err != nil {
@@ -584,7 +584,7 @@ func modelState(writes []ack) map[string]ack {
 	return last
 }
 
-// modelStateHash is the state hash (SPEC §6) of the live keys the writes
+// modelStateHash is the state hash (CONTRACT §6) of the live keys the writes
 // imply, and their number.
 func modelStateHash(writes []ack) (segment.Hash, int) {
 	last := modelState(writes)

@@ -154,8 +154,8 @@ func checkLines(ctx context.Context, r io.Reader, spool *bufio.Writer, limits se
 // CheckRetries is the check between the passes of an import that holds
 // lines with a counter above engine.MaxCallerCounter (with an idempotency
 // key: ParseLine refuses one without). Such a line may only retry an
-// append (SPEC §7); as a new append it is over a limit, which refuses the
-// whole import before anything is appended (SPEC §9), as pass 1 refuses
+// append (CONTRACT §7); as a new append it is over a limit, which refuses the
+// whole import before anything is appended (CONTRACT §9), as pass 1 refuses
 // any other line over a limit. So the first line of each such key must
 // find the key used already: by an earlier line of the input (it is then
 // that line's duplicate, or conflicts with it, found as the lines are

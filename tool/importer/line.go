@@ -20,7 +20,7 @@ import (
 )
 
 // Parsing one import line: the native JSON shape and the anchor-local event
-// shape of SPEC §10, each field checked, so a bad line is refused with its
+// shape of CONTRACT §10, each field checked, so a bad line is refused with its
 // line number.
 
 // Import line fields.
