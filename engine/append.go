@@ -269,6 +269,9 @@ func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte)
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return Receipt{}, false, err
 	}
+	if db.filesOnly() {
+		return Receipt{}, false, db.ro.noIndex
+	}
 	e, found, _, err := db.knownIdem(anchor, key)
 	if err != nil || !found {
 		return Receipt{}, false, err
@@ -309,6 +312,9 @@ func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *cost) {
 func (db *DB) writable() error {
 	if db.closed.Load() {
 		return errClosed
+	}
+	if db.ro != nil {
+		return db.ro.refuseWrite(db.dir)
 	}
 	if f := db.failed.Load(); f != nil {
 		return f

@@ -114,6 +114,9 @@ func (db *DB) openIndex() (err error) {
 		db.opts.PebbleOptions(po)
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
+	if db.ro != nil {
+		db.readOnlyPebble(po)
+	}
 	db.pebbleOpts = po
 	if r := db.retry; r != nil {
 		where := "it was moved to " + r.aside

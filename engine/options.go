@@ -19,6 +19,23 @@ type Options struct {
 	// Default vfs.Default.
 	FS vfs.FS
 
+	// ReadOnly opens an existing database without the write lock, writing
+	// nothing at all: no lock file, journal, recovery, index write, id file
+	// or damage mark. Appends and every other write are refused (IO_001,
+	// errors.Is(err, ErrReadOnly)). When dir/LOCK exists a shared lock is
+	// held on it, so no process opens the database for writing meanwhile.
+	// Every read works when the index is current (the database was closed
+	// cleanly). When it cannot be used — another process has the database
+	// open for writing, or it was not closed cleanly and only a writer's
+	// recovery would bring the index up to date — the database is read
+	// from its files alone: Verify, Log, Record, ProveInclusion,
+	// ProveConsistency, AnchorRoot and the stored checkpoints work, seeing a
+	// consistent prefix of each anchor, and the reads that need the index
+	// are refused (STATE_001 naming the writer's pid, STATE_003 otherwise);
+	// IndexUnavailable says why. See docs/RELIABILITY.md, "Reading without
+	// the write lock".
+	ReadOnly bool
+
 	// NoSync makes appends return once the commit group's journal block has
 	// been written to the OS, without waiting for an fsync. A process kill
 	// loses nothing acknowledged; a power loss can lose the appends since the

@@ -243,6 +243,9 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 // Record returns record seq of the anchor, read from its segment and checked
 // against its hash.
 func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
+	if db.filesOnly() {
+		return db.fileRecord(ctx, anchor, seq) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return segment.Record{}, err
 	}
@@ -265,6 +268,10 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 // of 0 means through the last record.
 func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[segment.Record, error] {
 	return func(yield func(segment.Record, error) bool) {
+		if db.filesOnly() {
+			db.fileLog(ctx, anchor, from, to, yield) // a read-only open without the index
+			return
+		}
 		if err := db.beginRead(ctx); err != nil {
 			yield(segment.Record{}, err)
 			return
