@@ -54,7 +54,7 @@ taken at (by default the current one; feed that field, not the whole object, bac
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}

@@ -150,7 +150,7 @@ func frontierRecords(f snapshot.Frontier) uint64 {
 }
 
 func snapshotList(e *env) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
@@ -242,7 +242,7 @@ type snapshotFailureJSON struct {
 }
 
 func snapshotVerify(e *env, names []string) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
