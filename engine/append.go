@@ -156,6 +156,13 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if err != nil || done {
 		return rs, err
 	}
+	if c.records > 0 {
+		// A segment write waiting for a file descriptor: refused now,
+		// retryable, rather than queued behind it (fdbudget.go).
+		if err := db.fdRefusal(); err != nil {
+			return nil, err
+		}
+	}
 	if err := db.adm.acquire(ctx, &c, db.opts.RefuseWhenFull); err != nil {
 		return nil, err
 	}

@@ -158,6 +158,9 @@ type DB struct {
 	gate  openGate
 	// ro is set by a read-only open (readonly.go).
 	ro *readOnly
+	// fdPressure is, in Unix ns, until when appends are refused because a
+	// write waits for a file descriptor (fdbudget.go); 0: none.
+	fdPressure atomic.Int64
 }
 
 // Open opens (creating if needed) the database in dir for reading and

@@ -110,6 +110,9 @@ func (db *DB) openIndex() (err error) {
 			}
 		}}
 	po.EnsureDefaults()
+	if db.opts.indexFiles > 0 {
+		po.MaxOpenFiles = db.opts.indexFiles // the descriptor budget (fdbudget.go)
+	}
 	if db.opts.PebbleOptions != nil {
 		db.opts.PebbleOptions(po)
 	}

@@ -53,8 +53,17 @@ type Options struct {
 	Limits segment.Limits
 
 	// FileCacheSize bounds the segment files held open at once, so 100,000
-	// anchors never need 100,000 descriptors. Default 256.
+	// anchors never need 100,000 descriptors. Default: cut from the
+	// process's descriptor limit (RLIMIT_NOFILE) after a reserve for the
+	// rest of the process (an eighth, at least 48) and the index's share (a
+	// quarter of the remainder, 74 to 1,000, which also bounds Pebble's
+	// MaxOpenFiles): what is left, 4 to 1,024 files (134 under a limit of
+	// 256; 256 when the limit cannot be read). See docs/PERFORMANCE.md.
 	FileCacheSize int
+
+	// indexFiles is Pebble's MaxOpenFiles, from the same budget (0: Pebble's
+	// default).
+	indexFiles int
 
 	// InlineValueMax is the largest value the index keeps inline so Get never
 	// reads a segment; larger values are read from their segment. Default 4 KiB.
@@ -138,8 +147,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Limits == (segment.Limits{}) {
 		o.Limits = segment.DefaultLimits()
 	}
-	if o.FileCacheSize == 0 {
-		o.FileCacheSize = 256
+	if o.FileCacheSize == 0 || o.indexFiles == 0 {
+		files, index := fdBudget(descriptorLimit())
+		if o.FileCacheSize == 0 {
+			o.FileCacheSize = files
+		}
+		if o.indexFiles == 0 {
+			o.indexFiles = index
+		}
 	}
 	if o.InlineValueMax == 0 {
 		o.InlineValueMax = 4 << 10

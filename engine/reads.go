@@ -447,6 +447,9 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 			if fsutil.IsEntryError(err) {
 				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
 			}
+			if isFDPressure(err) {
+				return segment.Record{}, fdReadRefusal(path, err) // retryable: no descriptor now
+			}
 			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 		}
 		r.file, r.segno, r.buf = f, e.Segno, r.buf[:0]
