@@ -161,6 +161,10 @@ type DB struct {
 	// fdPressure is, in Unix ns, until when appends are refused because a
 	// write waits for a file descriptor (fdbudget.go); 0: none.
 	fdPressure atomic.Int64
+
+	// testVerifyPrepared, when set (by tests), runs in Verify once it has
+	// taken its index snapshot, before it reads any file.
+	testVerifyPrepared func()
 }
 
 // Open opens (creating if needed) the database in dir for reading and

@@ -172,6 +172,9 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 		v.close()
 		return VerifyReport{}, err
 	}
+	if db.testVerifyPrepared != nil {
+		db.testVerifyPrepared()
+	}
 	err := v.run()
 	v.close()
 	if perr := ctx.Err(); perr != nil && err == nil {
