@@ -109,7 +109,7 @@ func TestManyAnchorsUnderDescriptorLimit(t *testing.T) {
 // memDir is a temporary directory in memory (/dev/shm) when there is one:
 // the test is about descriptors, and 200,000 fsyncs of files and
 // directories on a disk would take minutes of it.
-func memDir(t *testing.T) string {
+func memDir(t testing.TB) string {
 	t.Helper()
 	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
 		if d, err := os.MkdirTemp("/dev/shm", "anchordb-test-"); err == nil {
