@@ -369,6 +369,14 @@ func TestReadOnlyFlagWritesNothing(t *testing.T) {
 	if e := obj(t, r.stdout)["error"].(map[string]any); e["code"] != "IO_001" || !strings.Contains(e["message"].(string), "read-only") {
 		t.Fatalf("put --read-only: %v", r)
 	}
+	r = runCLI(t, "--dir", dir, "--read-only", "rebuild-index", "--apply")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "read-only") {
+		t.Fatalf("rebuild-index --apply --read-only: %v", r)
+	}
+	mustRun(t, "--dir", dir, "--read-only", "rebuild-index") // counts only
+	if r := runCLI(t, "--read-only", "demo"); r.code != exitUsage {
+		t.Fatalf("demo --read-only: %v", r)
+	}
 	if after := listTree(t, dir); !slices.Equal(before, after) {
 		t.Fatalf("--read-only changed the database:\nbefore %q\nafter  %q", before, after)
 	}
