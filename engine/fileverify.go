@@ -57,6 +57,10 @@ type FilesCheck struct {
 // read again.
 const recheckDelay = 50 * time.Millisecond
 
+// testBeforeRecheck, set by tests only, runs before the second read of
+// anchors found damaged.
+var testBeforeRecheck func()
+
 // fileAnchorResult is one read of an anchor's files.
 type fileAnchorResult struct {
 	findings []Finding
@@ -146,6 +150,9 @@ func (db *DB) verifyFiles(ctx context.Context, opts VerifyOptions) (VerifyReport
 		select {
 		case <-v.ctx.Done():
 		case <-time.After(recheckDelay):
+		}
+		if testBeforeRecheck != nil {
+			testBeforeRecheck()
 		}
 		jv2, err := db.readJournal(v.ctx)
 		if err != nil {

@@ -130,7 +130,7 @@ func richDatabase(t *testing.T, fs vfs.FS, dir string) (*DB, map[string]string) 
 	want := map[string]string{}
 	put := func(i int) {
 		a := fmt.Sprintf("a%d", i%3)
-		k := fmt.Sprintf("k%03d", i%50)
+		k := fmt.Sprintf("k%03d", i%12) // repeated within a segment: a truncation keeps only the last
 		if i%11 == 5 {
 			if _, err := db.Delete(ctx, a, []byte(k)); err != nil {
 				t.Fatal(err)
@@ -153,10 +153,17 @@ func richDatabase(t *testing.T, fs vfs.FS, dir string) (*DB, map[string]string) 
 	if _, err := db.Append(ctx, Entry{Anchor: "ev", Type: "BOOT", Value: []byte("x"), IdempotencyKey: []byte("idem-1")}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil {
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil { // a snapshot
 		t.Fatal(err)
 	}
 	for i := 400; i < 430; i++ {
+		put(i)
+	}
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}) // the cut, below it
+	if err != nil || res.RemovedBytes == 0 {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	for i := 430; i < 440; i++ {
 		put(i)
 	}
 	skey, _ := coverKeys(t)
@@ -779,4 +786,169 @@ func flipByte(t *testing.T, fs vfs.FS, path string, off int) {
 	data := readAll(t, fs, path)
 	data[off] ^= 0x40
 	writeMemFile(fs, path, data)
+}
+
+// TestFilesCheckReadsDamageAgain: what a first read of the files finds
+// damaged is read again a moment later, and reported only if the second
+// read finds it too: a writer that is opening rewrites a segment in place
+// while it recovers.
+func TestFilesCheckReadsDamageAgain(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, err := Open("db", Options{FS: fs, SegmentSize: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	markUnclean(t, fs, "db")
+	older := fs.PathJoin(segment.AnchorDir(fs, "db", "a"), segment.FileName(1))
+	good := readAll(t, fs, older)
+	defer func() { testBeforeRecheck = nil }()
+	for _, restore := range []bool{true, false} {
+		flipByte(t, fs, older, 300)
+		reread := 0
+		testBeforeRecheck = func() {
+			reread++
+			if restore {
+				writeMemFile(fs, older, good) // the rewrite finished
+			}
+		}
+		ro, err := Open("db", Options{FS: fs, ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := ro.Verify(ctx, VerifyOptions{})
+		_ = ro.Close()
+		if err != nil || reread != 1 {
+			t.Fatalf("restore=%v: %v, read again %d times", restore, err, reread)
+		}
+		if restore && !rep.OK {
+			t.Fatalf("damage gone by the second read was reported: %+v", rep.Failures)
+		}
+		if !restore && (rep.OK || len(rep.Failures) != 1) {
+			t.Fatalf("damage both reads found: %+v", rep)
+		}
+		writeMemFile(fs, older, good)
+	}
+}
+
+// TestFilesLogAfterTruncation: read from the files, a log truncated by a
+// compaction gives the records its stubs kept and one STATE_003 per run of
+// records gone, at the seqs where Record says the same; the proofs cover
+// the removed records too (their hashes are in the stubs).
+func TestFilesLogAfterTruncation(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := richDatabase(t, fs, "db")
+	defer db.Close()
+	ro, err := Open("db", Options{FS: fs, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if CodeOf(ro.IndexUnavailable()) != errs.CodeScopeLocked {
+		t.Fatalf("beside the writer: %v", ro.IndexUnavailable())
+	}
+	sawKept, sawGone := false, false
+	for _, a := range []string{"a0", "a1", "a2"} {
+		want := map[uint64]bool{} // seq: readable
+		info, _, err := db.AnchorInfo(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= info.Records; seq++ {
+			_, err := db.Record(ctx, a, seq)
+			switch CodeOf(err) {
+			case "":
+				want[seq] = true
+			case errs.CodeDependencyMissing:
+			default:
+				t.Fatal(err)
+			}
+		}
+		first, err := db.firstPresent(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var next uint64 = 1
+		for rec, err := range ro.Log(ctx, a, 1, 0) {
+			if err != nil {
+				var e *Error
+				if !errors.As(err, &e) || e.Code != errs.CodeDependencyMissing || e.Seq != next || want[next] {
+					t.Fatalf("%s: at seq %d: %v", a, next, err)
+				}
+				for !want[next] && next <= info.Records {
+					next++
+				}
+				sawGone = true
+				continue
+			}
+			if rec.Seq != next || !want[rec.Seq] {
+				t.Fatalf("%s: record %d where %d was due", a, rec.Seq, next)
+			}
+			if rec.Seq < first {
+				sawKept = true // a copy a stub kept
+			}
+			next++
+		}
+		if next != info.Records+1 {
+			t.Fatalf("%s: the log ended at %d of %d", a, next-1, info.Records)
+		}
+		for _, seq := range []uint64{1, info.Records / 2, info.Records} {
+			want, err := db.ProveInclusion(ctx, a, seq, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := ro.ProveInclusion(ctx, a, seq, 0)
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("%s: inclusion of %d: %v", a, seq, err)
+			}
+		}
+	}
+	if !sawKept || !sawGone {
+		t.Fatalf("the fixture kept records %v, removed some %v", sawKept, sawGone)
+	}
+}
+
+// TestFilesCheckpointBeyondTheFilesIsAFinding: a stored checkpoint lists
+// records the files must hold (they were durable before its note was
+// written); when the newest segment has lost some, with nothing of them
+// in the journal, it is a finding even though the lost bytes are at the
+// tail, which alone would be no finding.
+func TestFilesCheckpointBeyondTheFilesIsAFinding(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := richDatabase(t, fs, "db")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	markUnclean(t, fs, "db")
+	adir := segment.AnchorDir(fs, "db", "a1")
+	names, _ := fs.List(adir)
+	sort.Strings(names)
+	newest := fs.PathJoin(adir, names[len(names)-1])
+	data := readAll(t, fs, newest)
+	writeMemFile(fs, newest, data[:len(data)-40]) // the last record cut short
+	ro, err := Open("db", Options{FS: fs, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	_, vkey := coverKeys(t)
+	rep, err := ro.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+	if err != nil || rep.OK || rep.Files == nil || len(rep.Files.Tails) != 1 {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	for _, f := range rep.Failures {
+		if f.Anchor != "a1" || f.Code != errs.CodeChainBroken || !strings.Contains(f.Message, "checkpoint lists") {
+			t.Fatalf("finding %+v", f)
+		}
+	}
 }
