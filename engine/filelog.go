@@ -62,8 +62,9 @@ type journalEntry struct {
 
 // readJournal reads every journal file as it stands, from its first block
 // to the first that does not verify. A file a settle deleted before it was
-// opened is passed over: the segments hold its frames.
-func (db *DB) readJournal(ctx context.Context) (*journalView, error) {
+// opened is passed over: the segments hold its frames. With only set, it
+// keeps the frames of that anchor alone.
+func (db *DB) readJournal(ctx context.Context, only ...string) (*journalView, error) {
 	jv := &journalView{byAnchor: make(map[string][]journalEntry)}
 	dir := db.journalDir()
 	gens, err := journal.List(db.fs, dir)
@@ -81,7 +82,9 @@ func (db *DB) readJournal(ctx context.Context) (*journalView, error) {
 		_, err := journal.ReadFile(db.fs, dir, gen, 0, func(b journal.Block) error {
 			var recs []journalEntry
 			err := decodeJournalBlock(b.Payload, func(r journalRecord) error {
-				recs = append(recs, journalEntry{rec: r.Rec.Clone(), gen: gen, file: path, offset: b.Start.Off})
+				if len(only) == 0 || r.Anchor == only[0] {
+					recs = append(recs, journalEntry{rec: r.Rec.Clone(), gen: gen, file: path, offset: b.Start.Off})
+				}
 				return nil
 			})
 			if err != nil {

@@ -25,7 +25,7 @@ func (db *DB) walkFiles(ctx context.Context, anchor string, visit func(fileEntry
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return nil, err
 	}
-	jv, err := db.readJournal(ctx)
+	jv, err := db.readJournal(ctx, anchor)
 	if err != nil {
 		return nil, err
 	}
