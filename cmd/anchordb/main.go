@@ -117,7 +117,7 @@ func (g *globals) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&g.json, "json", false, "machine-readable JSON output on stdout")
 	fs.BoolVar(&g.quiet, "quiet", false, "suppress non-essential output (JSON output is always printed)")
 	fs.BoolVar(&g.noProgress, "no-progress", false, "never draw progress on stderr (it is drawn only on a terminal)")
-	fs.BoolVar(&g.readOnly, "read-only", false, "open without the write lock and write nothing (chosen by itself for reads of a directory this user cannot write)")
+	fs.BoolVar(&g.readOnly, "read-only", false, "open without the write lock and write nothing (reads choose it when the directory is not writable or another process holds the database)")
 }
 
 func newFlagSet(name string) *pflag.FlagSet {
