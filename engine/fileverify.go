@@ -205,7 +205,7 @@ func (db *DB) verifyFiles(ctx context.Context, opts VerifyOptions) (VerifyReport
 	if tails == nil {
 		tails = []FileTail{}
 	}
-	rep.Files = &FilesCheck{Why: errs.Message(db.ro.noIndex), Unchecked: unchecked, Tails: tails}
+	rep.Files = &FilesCheck{Why: db.ro.why, Unchecked: unchecked, Tails: tails}
 	return rep, ioErr
 }
 

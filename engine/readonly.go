@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -37,6 +38,8 @@ type readOnly struct {
 	// read that needs it: STATE_001 when a writer holds the database,
 	// STATE_003 when the index is not current.
 	noIndex *errs.Error
+	// why is noIndex's reason alone, for a check's report.
+	why string
 }
 
 // filesWork is what a refused read's message says works without the index.
@@ -106,7 +109,8 @@ func openReadOnly(dir string, opts Options) (*DB, error) {
 		return fail(err)
 	}
 	if writer != "" {
-		db.ro.noIndex = errs.New(errs.CodeScopeLocked, "database %s is open for writing by %s, which holds its index: %s", dir, writer, filesWork)
+		db.ro.why = fmt.Sprintf("database %s is open for writing by %s", dir, writer)
+		db.ro.noIndex = errs.New(errs.CodeScopeLocked, "%s, which holds its index: %s", db.ro.why, filesWork)
 	} else if db.ro.noIndex, err = db.openIndexReadOnly(); err != nil {
 		return fail(err)
 	}
@@ -170,9 +174,8 @@ func (db *DB) openIndexReadOnly() (*errs.Error, error) {
 			_ = db.closeIndex()
 			db.index = nil
 		}
-		e := errs.New(errs.CodeDependencyMissing, format, args...)
-		e.Message += ": " + filesWork
-		return e
+		db.ro.why = fmt.Sprintf(format, args...)
+		return errs.New(errs.CodeDependencyMissing, "%s: %s", db.ro.why, filesWork)
 	}
 	if marked, cause := db.indexMarkedCorrupt(); marked {
 		if errs.CodeOf(cause) == errs.CodeWriteFailed {
