@@ -56,7 +56,8 @@ const fdLimitForTest = 256
 
 // TestManyAnchorsUnderDescriptorLimit: under a limit of 256 descriptors
 // (the soft limit, lowered in a child process), records go onto 100,000
-// anchors (10,000 with -short), batch after batch, and read back, with
+// anchors (10,000 with -short, 5,000 in the race pass), batch after batch,
+// and read back, with
 // every default: the segment cache, the index's tables and the journal
 // share the budget, and nothing fails for want of a descriptor. Before the
 // budget the cache alone took 256 descriptors, and the first open that
@@ -72,6 +73,9 @@ func TestManyAnchorsUnderDescriptorLimit(t *testing.T) {
 	anchors := 100_000
 	if testing.Short() {
 		anchors = 10_000
+		if raceEnabled {
+			anchors = 5_000
+		}
 	}
 	dir := filepath.Join(memDir(t), "db")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestManyAnchorsUnderDescriptorLimit$", "-test.v")
