@@ -39,11 +39,7 @@ func lockDir(fs vfs.FS, dir string) (io.Closer, error) {
 	// fcntl locks belong to the process, so a second open in this process
 	// would be granted (and a read-only open's would turn the write lock
 	// into a shared one): keep our own registry too.
-	abs, aerr := filepathAbs(path)
-	if aerr != nil {
-		abs = path
-	}
-	release, err := procWriter(fs, abs, dir)
+	release, err := procWriter(fs, canonicalPath(path), dir)
 	if err != nil {
 		return nil, err
 	}
@@ -112,10 +108,7 @@ func readLockDir(fs vfs.FS, dir string) (c io.Closer, writer string, err error) 
 		}
 		return closerFunc(func() error { release(); return nil }), "", nil
 	}
-	abs, aerr := filepathAbs(path)
-	if aerr != nil {
-		abs = path
-	}
+	abs := canonicalPath(path)
 	procMu.Lock()
 	defer procMu.Unlock()
 	if pl := procFind(fs, abs); pl != nil {
@@ -147,7 +140,19 @@ func readLockDir(fs vfs.FS, dir string) (c io.Closer, writer string, err error) 
 	return pl.readCloser(), "", nil
 }
 
-var filepathAbs = filepath.Abs
+// canonicalPath names the lock file at path as the registry knows it: an
+// absolute path with the database directory's symbolic links resolved, so
+// that two spellings of one database (relative, through a link) are one.
+func canonicalPath(path string) string {
+	dir, name := filepath.Split(path)
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		dir = real
+	}
+	if abs, err := filepath.Abs(filepath.Join(dir, name)); err == nil {
+		return abs
+	}
+	return path
+}
 
 type lockFile struct {
 	f       *os.File

@@ -952,3 +952,37 @@ func TestFilesCheckpointBeyondTheFilesIsAFinding(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnlyOpenThroughALink: a read-only open of a database this
+// process has open for writing, through another spelling of its path (a
+// symbolic link), is seen as beside a writer: it must not take a shared
+// lock on the writer's file, which in one process would turn the writer's
+// lock into a shared one and drop it when the reader closes.
+func TestReadOnlyOpenThroughALink(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	dir := filepath.Join(base, "db")
+	db, err := Open(dir, Options{FS: vfs.Default})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Skip(err)
+	}
+	ro, err := Open(link, Options{FS: vfs.Default, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if CodeOf(ro.IndexUnavailable()) != errs.CodeScopeLocked {
+		t.Fatalf("a read-only open through a link beside this process's writer: %v", ro.IndexUnavailable())
+	}
+	_ = ro.Close()
+	if _, err := Open(link, Options{FS: vfs.Default}); CodeOf(err) != errs.CodeScopeLocked {
+		t.Fatalf("a second writer through a link: %v", err)
+	}
+}
