@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    := ./...
 FUZZTIME ?= 30s
 
-.PHONY: all build demo test test-plain test-race conformance bench fuzz fuzz-ci lint clean
+.PHONY: all build demo test test-plain test-race conformance bench bench-long fuzz fuzz-ci lint clean
 
 all: build
 
@@ -29,30 +29,52 @@ test-plain:
 ## test-race: the concurrent packages under the race detector, with the
 ## exhaustive tests stepping over points the plain pass visits (-short).
 test-race:
-	$(GO) test -count=1 -race -short -timeout 30m ./engine/ ./segment/ ./internal/journal/
+	$(GO) test -count=1 -race -short -timeout 30m ./engine/ ./segment/ ./internal/journal/ ./outbox/
 
 conformance: build
 	@command -v jq >/dev/null || { echo "conformance needs jq"; exit 1; }
 	bash ./scripts/conformance.sh
 
-## bench: the Go benchmarks with their in-process peers, then the harness
-## against every real peer (bench/peers), writing bench/results/ (see
-## docs/PERFORMANCE.md). BENCHCOUNT sets the harness's records per workload:
-## at 20,000 a durable-append run lasts a fifth of a second and measures
-## mostly start-up (the engine's first memtables, the journal's first
-## preallocation), so it is 100,000.
-## The Go suite runs BENCHPASSES times over: the disk's fdatasync latency
-## drifts by 2x within minutes, and engine and peer run minutes apart in one
-## pass, so ratios.sh takes each side's median over passes spread alike.
+## bench: the Go suite as paired, alternated samples (bench/ratios.sh:
+## BENCHPAIRS samples; in each, every benchmark of a pair runs once, in a
+## process of its own, engine and peer alternating, the same records on
+## both sides, each to rest), then the harness against every real peer
+## (BENCHROUNDS rounds, the systems alternating in each; BENCHCOUNT records
+## a workload), then the space workload at BENCHSPACECOUNT records. Writes
+## bench/results/: go-bench.txt (the raw samples), go-ratios.txt (the
+## table), go-*.svg, and the harness's results.* and charts (space/ for
+## the space run). docs/PERFORMANCE.md says what each measures. About an
+## hour on a quiet 2-vCPU machine. BENCHSMALL=1 shrinks every fixture
+## and count for a smoke run of the whole pipeline (make bench BENCHSMALL=1
+## BENCHPAIRS=2 BENCHROUNDS=2: a few minutes; its numbers measure nothing).
+## The exit status is non-zero if a benchmark process failed.
 BENCHCOUNT ?= 100000
-BENCHPASSES ?= 3
+BENCHPAIRS ?= 5
+BENCHROUNDS ?= 5
+BENCHSPACECOUNT ?= 1000000
+BENCHSMALL ?=
+BENCHCOMMIT = $(shell git rev-parse --short HEAD 2>/dev/null)$(shell git diff --quiet HEAD -- 2>/dev/null || echo ' (with uncommitted changes)')
+BENCHHARNESS = --rounds $(BENCHROUNDS) $(if $(BENCHSMALL),--count 2000 --proof-ops 20,--count $(BENCHCOUNT))
+BENCHSPACE = --rounds $(BENCHROUNDS) --count $(if $(BENCHSMALL),20000,$(BENCHSPACECOUNT))
 bench:
-	@mkdir -p bench/results
-	for i in $$(seq $(BENCHPASSES)); do $(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m ./bench/ || exit 1; done | tee bench/results/go-bench.txt
-	@# tee hides the loop's status: every pass must have ended in "ok".
-	@test "$$(grep -c '^ok' bench/results/go-bench.txt)" = "$(BENCHPASSES)" || { echo "make bench: a Go benchmark pass failed" >&2; exit 1; }
-	sh bench/ratios.sh bench/results/go-bench.txt | tee bench/results/go-ratios.txt
-	cd bench/peers && $(GO) run ./cmd/peerbench --count $(BENCHCOUNT) --out ../results | tee ../results/peers-table.txt
+	@mkdir -p bench/results/space
+	GO=$(GO) sh bench/ratios.sh run -pairs $(BENCHPAIRS) $(if $(BENCHSMALL),-small) \
+		bench/results/go-bench.txt > bench/results/go-ratios.txt; st=$$?; cat bench/results/go-ratios.txt; exit $$st
+	cd bench/peers && $(GO) run ./cmd/peerbench $(BENCHHARNESS) --commit "$(BENCHCOMMIT)" \
+		--workload sync-append,batch-sync,nosync-append,get,get-flushed,history,merge,verify,snapshot,proof \
+		--out ../results > ../results/peers-table.txt; st=$$?; cat ../results/peers-table.txt; exit $$st
+	cd bench/peers && $(GO) run ./cmd/peerbench $(BENCHSPACE) --commit "$(BENCHCOMMIT)" --workload space \
+		--out ../results/space > ../results/space/peers-table.txt; st=$$?; cat ../results/space/peers-table.txt; exit $$st
+
+## bench-long: the long runs — the headline durable appends (64 writers, and
+## batches of 1,000) at 10M records a side, each side's clock stopping only
+## once its compaction debt is worked off — as BENCHPAIRS alternated
+## samples: bench/results/long/. About 45 minutes on a quiet 2-vCPU machine
+## (BENCHSMALL=1: 100,000 records a side).
+bench-long:
+	@mkdir -p bench/results/long
+	GO=$(GO) sh bench/ratios.sh run -long -pairs $(BENCHPAIRS) $(if $(BENCHSMALL),-small) \
+		bench/results/long/go-bench-long.txt > bench/results/long/go-ratios-long.txt; st=$$?; cat bench/results/long/go-ratios-long.txt; exit $$st
 
 ## Packages with Fuzz targets: fuzz/ holds those that reach exported API;
 ## a target that needs a package's unexported codecs lives in that package

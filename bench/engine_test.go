@@ -12,35 +12,27 @@ import (
 
 // The engine benchmarks. Each opens a fresh database with default options on
 // the real filesystem (b.TempDir) unless it says otherwise; its peer is in
-// peer_test.go.
+// peer_test.go. Run them with a fixed -benchtime Nx (bench/ratios.sh does):
+// a time-based -benchtime gives the faster side more records, and an LSM's
+// cost per record grows with what it holds.
 
 // openEngine opens a database in dir (a new temporary directory if empty),
 // closed when tb ends — after the timer has stopped.
 func openEngine(tb testing.TB, dir string, opts engine.Options) *engine.DB {
-	tb.Helper()
-	if dir == "" {
-		dir = tb.TempDir()
-	}
-	db, err := engine.Open(dir, opts)
-	if err != nil {
-		tb.Fatalf("open engine: %v", err)
-	}
-	tb.Cleanup(func() {
-		if err := db.Close(); err != nil {
-			tb.Errorf("close engine: %v", err)
-		}
-	})
-	return db
+	return openWatched(tb, dir, opts).DB
 }
 
 // warmKey is far above any benchmark index, so warm-up records never share a
 // key with measured ones.
 const warmKey = 1 << 48
 
-// warmAnchors appends one record to each anchor (one durable batch), so the
-// measured appends find every anchor's directory and segment file in place:
-// the benchmarks measure the steady state, not anchor creation.
-func warmAnchors(tb testing.TB, db *engine.DB, anchors []string) {
+// warmAnchors appends one record to each anchor (one durable batch) and
+// brings the database to rest, so the measured appends find every anchor's
+// directory and segment file in place and the index's first table written:
+// the benchmarks measure the steady state, not anchor creation. The Pebble
+// peers get the same warm-up (warmPebble): as many records, one durable
+// batch, then rest.
+func warmAnchors(tb testing.TB, db engineDB, anchors []string) {
 	tb.Helper()
 	var buf kvBuf
 	entries := make([]engine.Entry, len(anchors))
@@ -49,13 +41,12 @@ func warmAnchors(tb testing.TB, db *engine.DB, anchors []string) {
 		entries[i] = engine.Entry{Anchor: a, Type: segment.TypePut,
 			Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)}
 	}
-	if _, err := db.AppendBatch(context.Background(), entries); err != nil {
+	ctx := context.Background()
+	if _, err := db.AppendBatch(ctx, entries); err != nil {
 		tb.Fatalf("warm anchors: %v", err)
 	}
-	// Segment bytes are buffered: settle so the directories and files exist
-	// before the timer starts.
-	if err := db.Sync(context.Background()); err != nil {
-		tb.Fatalf("warm anchors: sync: %v", err)
+	if err := db.quiesce(ctx); err != nil {
+		tb.Fatalf("warm anchors: settle: %v", err)
 	}
 }
 
@@ -63,31 +54,38 @@ func warmAnchors(tb testing.TB, db *engine.DB, anchors []string) {
 // default (sync) durability; record i goes to anchor i mod anchors, so every
 // commit group spans many anchors.
 func appendSync(writers, anchors int) workload {
-	return appendPuts(writers, anchors, engine.Options{})
+	return appendPuts(writers, anchors, ValueSize, engine.Options{})
 }
 
 // appendNoSync: like appendSync with NoSync set on the database: an append
 // returns once its frame has reached the OS.
 func appendNoSync(writers, anchors int) workload {
-	return appendPuts(writers, anchors, engine.Options{NoSync: true})
+	return appendPuts(writers, anchors, ValueSize, engine.Options{NoSync: true})
 }
 
-// appendPuts is the body of appendSync and appendNoSync, on a database opened
-// with opts.
-func appendPuts(writers, anchors int, opts engine.Options) workload {
+// appendPuts is the body of appendSync and appendNoSync, with values of
+// valueSize bytes, on a database opened with opts. The clock stops when
+// the database is at rest (quiesce).
+func appendPuts(writers, anchors, valueSize int, opts engine.Options) workload {
 	return func(tb testing.TB) body {
-		db := openEngine(tb, "", opts)
+		db := openWatched(tb, "", opts)
 		ids := AnchorIDs(anchors)
 		warmAnchors(tb, db, ids)
-		bufs := make([]kvBuf, writers)
+		keys := make([][KeySize]byte, writers)
+		vals := make([][]byte, writers)
+		for w := range vals {
+			vals[w] = make([]byte, valueSize)
+		}
 		ctx := context.Background()
 		return func(n int) (int64, error) {
 			err := Parallel(n, writers, func(w, i int) error {
-				k, v := bufs[w].kv(uint64(i))
-				_, err := db.Put(ctx, ids[i%anchors], k, v)
+				_, err := db.Put(ctx, ids[i%anchors], Key(keys[w][:], uint64(i)), ValueN(vals[w], uint64(i), valueSize))
 				return err
 			})
-			return int64(n), err
+			if err != nil {
+				return int64(n), err
+			}
+			return int64(n), db.quiesce(ctx)
 		}
 	}
 }
@@ -100,10 +98,11 @@ const batchAnchor = "batch-anchor"
 // one batch; records/s counts records.
 func appendBatchSync(size int) workload { return appendBatches(size, engine.Options{}) }
 
-// appendBatches is the body of appendBatchSync on a database opened with opts.
+// appendBatches is the body of appendBatchSync on a database opened with
+// opts; the clock stops at rest.
 func appendBatches(size int, opts engine.Options) workload {
 	return func(tb testing.TB) body {
-		db := openEngine(tb, "", opts)
+		db := openWatched(tb, "", opts)
 		warmAnchors(tb, db, []string{batchAnchor})
 		entries := make([]engine.Entry, size)
 		bufs := make([]kvBuf, size)
@@ -118,7 +117,7 @@ func appendBatches(size int, opts engine.Options) workload {
 					return int64(op * size), fmt.Errorf("batch %d: %w", op, err)
 				}
 			}
-			return int64(n * size), nil
+			return int64(n * size), db.quiesce(ctx)
 		}
 	}
 }
@@ -129,21 +128,27 @@ const getAnchors = 16
 // loadBatch is the batch size used to load the read fixtures.
 const loadBatch = 1000
 
-// engineGetFixture is a directory holding a closed engine database with keys
+// engineGetFixtures hold, per n, a closed engine database with keys
 // 0..n-1 (one put each, spread round-robin over getAnchors anchors in
-// batches of loadBatch), built once per process per n.
+// batches of loadBatch), settled and its index compacted.
 var engineGetFixtures onceBySize[string]
 
 func buildEngineGetFixture(n int) (string, error) {
-	dir, err := fixtureDir("engine-get")
-	if err != nil {
-		return "", err
-	}
+	return keptFixture(fmt.Sprintf("engine-get-%d", n), func(dir string) error {
+		return loadEngine(dir, n, getAnchors)
+	})
+}
+
+// loadEngine fills dir with a closed database holding keys 0..n-1, one put
+// each, in batches of loadBatch over anchors anchors (round-robin), then
+// compacts its index, as the Pebble fixture is compacted, so reads meet a
+// settled LSM rather than the compactions the load left behind.
+func loadEngine(dir string, n, anchors int) error {
 	db, err := engine.Open(dir, engine.Options{NoSync: true})
 	if err != nil {
-		return "", err
+		return err
 	}
-	ids := AnchorIDs(getAnchors)
+	ids := AnchorIDs(anchors)
 	ctx := context.Background()
 	entries := make([]engine.Entry, 0, loadBatch)
 	bufs := make([]kvBuf, loadBatch)
@@ -151,25 +156,23 @@ func buildEngineGetFixture(n int) (string, error) {
 		entries = entries[:0]
 		for i := start; i < min(start+loadBatch, n); i++ {
 			k, v := bufs[i-start].kv(uint64(i))
-			entries = append(entries, engine.Entry{Anchor: ids[batch%getAnchors], Type: segment.TypePut, Key: k, Value: v})
+			entries = append(entries, engine.Entry{Anchor: ids[batch%anchors], Type: segment.TypePut, Key: k, Value: v})
 		}
 		if _, err := db.AppendBatch(ctx, entries); err != nil {
 			_ = db.Close()
-			return "", fmt.Errorf("load batch %d: %w", batch, err)
+			return fmt.Errorf("load batch %d: %w", batch, err)
 		}
 	}
-	// Close settles: every segment synced, the journal trimmed. Then the
-	// index is compacted, as the peer's database is, so Get measures reads of
-	// a settled LSM rather than racing the compactions the load left behind.
+	// Close settles: every segment synced, the journal trimmed.
 	if err := db.Close(); err != nil {
-		return "", err
+		return err
 	}
-	return dir, compactPebble(filepath.Join(dir, engine.IndexDir))
+	return compactPebble(filepath.Join(dir, engine.IndexDir))
 }
 
 // get reads keys in the fixed order of NewOrder(n) from an engine database
 // holding n keys: one Get per operation, from one goroutine. The database is
-// loaded once per process (engineGetFixtures) and opened for each run.
+// loaded once (engineGetFixtures) and opened for each run.
 func get(n int, check bool) workload {
 	return func(tb testing.TB) body {
 		dir, err := engineGetFixtures.get(n, buildEngineGetFixture)
@@ -208,8 +211,10 @@ var (
 	batchSizes    = []int{1000}
 	noSyncWriters = []int{1}
 	noSyncAnchors = 16
-	getKeys       = 1_000_000
 )
+
+// getKeys is the size of the read fixtures (1,000,000).
+func getKeys() int { return sized(1_000_000, 20_000) }
 
 func BenchmarkAppendSync(b *testing.B) {
 	for _, w := range syncWriters {
@@ -231,7 +236,7 @@ func BenchmarkAppendSyncNoAdmission(b *testing.B) {
 }
 
 func appendSyncNoAdmission(writers, anchors int) workload {
-	return appendPuts(writers, anchors, engine.Options{DisableAdmission: true})
+	return appendPuts(writers, anchors, ValueSize, engine.Options{DisableAdmission: true})
 }
 
 func BenchmarkAppendBatchSync(b *testing.B) {
@@ -246,4 +251,4 @@ func BenchmarkAppendNoSync(b *testing.B) {
 	}
 }
 
-func BenchmarkGet(b *testing.B) { run(b, get(getKeys, false)) }
+func BenchmarkGet(b *testing.B) { run(b, get(getKeys(), false)) }

@@ -6,28 +6,46 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/anchordb/anchordb/bench/harness"
 	"github.com/cockroachdb/pebble/v2"
 )
 
 // The peers: Pebble (github.com/cockroachdb/pebble/v2) doing each engine
-// benchmark's work with default options except a quiet logger, on the real
-// filesystem. Pebble is also what the engine indexes with, so a ratio below
-// 1 is the price of the engine's work on top of Pebble (hashing, segments,
-// index rows, the Merkle tree).
+// benchmark's work on the real filesystem, with the options of anchordb's
+// own index (harness.IndexPebbleOptions: a user who tuned Pebble would run
+// it so) and its WAL, which is its durability. BenchmarkPeerPebbleDefault*
+// run Pebble's defaults, the second, labelled row. Pebble is also what the
+// engine indexes with, so a ratio below 1 is the price of the engine's
+// work on top of Pebble (hashing, the journal and segments, index rows, the
+// Merkle tree).
 
-func pebbleOptions() (*pebble.Options, *quietLogger) {
-	l := &quietLogger{}
-	return &pebble.Options{Logger: l}, l
+// pebbleTuning names a Pebble configuration.
+type pebbleTuning int
+
+const (
+	tunedPebble   pebbleTuning = iota // the index's options
+	defaultPebble                     // Pebble's defaults
+)
+
+func (t pebbleTuning) options() *pebble.Options {
+	if t == defaultPebble {
+		return harness.DefaultPebbleOptions()
+	}
+	return harness.IndexPebbleOptions()
 }
 
 // openPebble opens a Pebble database in dir (a new temporary directory if
-// empty), closed when tb ends.
-func openPebble(tb testing.TB, dir string) *pebble.DB {
+// empty) with a watch on its flushes and compactions, closed when tb ends.
+func openPebble(tb testing.TB, dir string, t pebbleTuning) pebbleDB {
 	tb.Helper()
 	if dir == "" {
 		dir = tb.TempDir()
 	}
-	opts, log := pebbleOptions()
+	opts := t.options()
+	log := &quietLogger{}
+	opts.Logger = log
+	w := &harness.LSMWatch{}
+	w.Install(opts)
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		tb.Fatalf("open pebble: %v", err)
@@ -40,31 +58,62 @@ func openPebble(tb testing.TB, dir string) *pebble.DB {
 			tb.Errorf("pebble logged: %s", e)
 		}
 	})
-	return db
+	return pebbleDB{db, w}
+}
+
+// warmPebble is warmAnchors' counterpart: n records in one durable batch,
+// then rest.
+func warmPebble(tb testing.TB, db pebbleDB, n int) {
+	tb.Helper()
+	var buf kvBuf
+	b := db.NewBatch()
+	for i := 0; i < n; i++ {
+		k, v := buf.kv(warmKey + uint64(i))
+		_ = b.Set(k, v, nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		tb.Fatalf("warm pebble: %v", err)
+	}
+	_ = b.Close()
+	if err := db.quiesce(context.Background()); err != nil {
+		tb.Fatalf("warm pebble: %v", err)
+	}
 }
 
 // peerSet: writers goroutines each Set one key at a time with opts
-// (pebble.Sync or pebble.NoSync) — the peer of appendSync and appendNoSync.
-func peerSet(writers int, opts *pebble.WriteOptions) workload {
+// (pebble.Sync or pebble.NoSync) — the peer of appendSync and appendNoSync,
+// warmed as they are (warm records, anchors on the engine's side), with
+// values of valueSize bytes; the clock stops at rest.
+func peerSet(writers, warm, valueSize int, t pebbleTuning, opts *pebble.WriteOptions) workload {
 	return func(tb testing.TB) body {
-		db := openPebble(tb, "")
-		bufs := make([]kvBuf, writers)
+		db := openPebble(tb, "", t)
+		warmPebble(tb, db, warm)
+		keys := make([][KeySize]byte, writers)
+		vals := make([][]byte, writers)
+		for w := range vals {
+			vals[w] = make([]byte, valueSize)
+		}
+		ctx := context.Background()
 		return func(n int) (int64, error) {
 			err := Parallel(n, writers, func(w, i int) error {
-				k, v := bufs[w].kv(uint64(i))
-				return db.Set(k, v, opts)
+				return db.Set(Key(keys[w][:], uint64(i)), ValueN(vals[w], uint64(i), valueSize), opts)
 			})
-			return int64(n), err
+			if err != nil {
+				return int64(n), err
+			}
+			return int64(n), db.quiesce(ctx)
 		}
 	}
 }
 
 // peerBatchSync: one goroutine commits batches of size Sets with
-// pebble.Sync — the peer of appendBatchSync.
-func peerBatchSync(size int) workload {
+// pebble.Sync — the peer of appendBatchSync; the clock stops at rest.
+func peerBatchSync(size int, t pebbleTuning) workload {
 	return func(tb testing.TB) body {
-		db := openPebble(tb, "")
+		db := openPebble(tb, "", t)
+		warmPebble(tb, db, 1)
 		var buf kvBuf
+		ctx := context.Background()
 		return func(n int) (int64, error) {
 			for op := 0; op < n; op++ {
 				b := db.NewBatch()
@@ -80,55 +129,58 @@ func peerBatchSync(size int) workload {
 					return int64(op * size), err
 				}
 			}
-			return int64(n * size), nil
+			return int64(n * size), db.quiesce(ctx)
 		}
 	}
 }
 
-// pebbleGetFixture is a directory holding a closed Pebble database with keys
-// 0..n-1, loaded in batches of loadBatch like the engine's fixture.
+// pebbleGetFixtures hold, per n, a closed Pebble database (the index's
+// options) with keys 0..n-1, loaded in batches of loadBatch like the
+// engine's fixture, flushed and compacted.
 var pebbleGetFixtures onceBySize[string]
 
 func buildPebbleGetFixture(n int) (string, error) {
-	dir, err := fixtureDir("pebble-get")
-	if err != nil {
-		return "", err
-	}
-	opts, _ := pebbleOptions()
-	db, err := pebble.Open(dir, opts)
-	if err != nil {
-		return "", err
-	}
-	var buf kvBuf
-	for start := 0; start < n; start += loadBatch {
-		b := db.NewBatch()
-		for i := start; i < min(start+loadBatch, n); i++ {
-			k, v := buf.kv(uint64(i))
-			_ = b.Set(k, v, nil)
-		}
-		err := b.Commit(pebble.NoSync)
-		_ = b.Close()
+	return keptFixture(fmt.Sprintf("pebble-get-%d", n), func(dir string) error {
+		opts := harness.IndexPebbleOptions()
+		db, err := pebble.Open(dir, opts)
 		if err != nil {
-			_ = db.Close()
-			return "", fmt.Errorf("load: %w", err)
+			return err
 		}
-	}
-	// Like the engine fixture: closed, compacted, reopened for each run.
-	if err := db.Close(); err != nil {
-		return "", err
-	}
-	return dir, compactPebble(dir)
+		var buf kvBuf
+		for start := 0; start < n; start += loadBatch {
+			b := db.NewBatch()
+			for i := start; i < min(start+loadBatch, n); i++ {
+				k, v := buf.kv(uint64(i))
+				_ = b.Set(k, v, nil)
+			}
+			err := b.Commit(pebble.NoSync)
+			_ = b.Close()
+			if err != nil {
+				_ = db.Close()
+				return fmt.Errorf("load: %w", err)
+			}
+		}
+		if err := db.Flush(); err != nil {
+			_ = db.Close()
+			return err
+		}
+		// Like the engine fixture: closed, compacted, reopened for each run.
+		if err := db.Close(); err != nil {
+			return err
+		}
+		return compactPebble(dir)
+	})
 }
 
 // compactPebble compacts the whole key space of the closed Pebble database
-// in dir (a read fixture: the peer's, or the engine's index) and closes it.
+// in dir (a read fixture: the peer's, or the engine's index) with the
+// index's options, and closes it.
 func compactPebble(dir string) error {
-	opts, _ := pebbleOptions()
-	db, err := pebble.Open(dir, opts)
+	db, err := pebble.Open(dir, harness.IndexPebbleOptions())
 	if err != nil {
 		return err
 	}
-	end := bytes.Repeat([]byte{0xFF}, KeySize+1) // above every key of either database
+	end := bytes.Repeat([]byte{0xFF}, 64) // above every key of either database
 	if err := db.Compact(context.Background(), []byte{0}, end, true); err != nil {
 		_ = db.Close()
 		return fmt.Errorf("compact %s: %w", dir, err)
@@ -144,7 +196,7 @@ func peerGet(n int, check bool) workload {
 		if err != nil {
 			tb.Fatalf("load %d keys: %v", n, err)
 		}
-		db := openPebble(tb, dir)
+		db := openPebble(tb, dir, tunedPebble)
 		order := NewOrder(n)
 		var kb [KeySize]byte
 		return func(ops int) (int64, error) {
@@ -169,22 +221,37 @@ func peerGet(n int, check bool) workload {
 	}
 }
 
+// BenchmarkPeerPebbleSync is the peer of AppendSync/writers=64/anchors=16:
+// Pebble with the index's options.
 func BenchmarkPeerPebbleSync(b *testing.B) {
 	for _, w := range syncWriters {
-		b.Run(fmt.Sprintf("writers=%d", w), func(b *testing.B) { run(b, peerSet(w, pebble.Sync)) })
+		b.Run(fmt.Sprintf("writers=%d", w), func(b *testing.B) {
+			run(b, peerSet(w, syncAnchors[0], ValueSize, tunedPebble, pebble.Sync))
+		})
+	}
+}
+
+// BenchmarkPeerPebbleDefaultSync is the same with Pebble's defaults.
+func BenchmarkPeerPebbleDefaultSync(b *testing.B) {
+	for _, w := range syncWriters {
+		b.Run(fmt.Sprintf("writers=%d", w), func(b *testing.B) {
+			run(b, peerSet(w, syncAnchors[0], ValueSize, defaultPebble, pebble.Sync))
+		})
 	}
 }
 
 func BenchmarkPeerPebbleBatchSync(b *testing.B) {
 	for _, s := range batchSizes {
-		b.Run(fmt.Sprintf("size=%d", s), func(b *testing.B) { run(b, peerBatchSync(s)) })
+		b.Run(fmt.Sprintf("size=%d", s), func(b *testing.B) { run(b, peerBatchSync(s, tunedPebble)) })
 	}
 }
 
 func BenchmarkPeerPebbleNoSync(b *testing.B) {
 	for _, w := range noSyncWriters {
-		b.Run(fmt.Sprintf("writers=%d", w), func(b *testing.B) { run(b, peerSet(w, pebble.NoSync)) })
+		b.Run(fmt.Sprintf("writers=%d", w), func(b *testing.B) {
+			run(b, peerSet(w, noSyncAnchors, ValueSize, tunedPebble, pebble.NoSync))
+		})
 	}
 }
 
-func BenchmarkPeerPebbleGet(b *testing.B) { run(b, peerGet(getKeys, false)) }
+func BenchmarkPeerPebbleGet(b *testing.B) { run(b, peerGet(getKeys(), false)) }

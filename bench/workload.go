@@ -1,7 +1,11 @@
-// Package bench is anchordb's benchmark harness. Every engine benchmark has a
-// peer — Pebble doing the same work on the same keys and values — measured in
-// the same `go test -bench` run, so the ratio between the two means something
-// on any machine while the absolute numbers only describe this one.
+// Package bench is anchordb's benchmark suite. Every engine benchmark has a
+// peer — Pebble doing the same work on the same keys and values, or the
+// least any implementation must do — and bench/ratios.sh runs the two as
+// paired, alternated samples (engine, peer, engine, peer, …, each in a
+// process of its own, the same fixed count of records on both sides, each
+// side's clock stopping when it is at rest), so the ratio between the two
+// means something on any machine while the absolute numbers only describe
+// this one.
 //
 // The workload (shared by engine and peer):
 //
@@ -12,8 +16,8 @@
 //	         compressor shrinks it to nothing) with i in the first 8 bytes.
 //
 // The benchmarks live in the _test.go files beside this one;
-// docs/PERFORMANCE.md has the measured table and ratios.sh prints the
-// engine/peer ratios from `go test -bench` output.
+// docs/PERFORMANCE.md describes the method and the measured tables, and
+// ratios.sh runs the pairs and prints the median of the per-sample ratios.
 package bench
 
 import (
@@ -71,6 +75,35 @@ func Value(dst []byte, i uint64) []byte {
 	off := mix(i^0x5bd1e995) % poolSize
 	copy(dst, valuePool[off:off+ValueSize])
 	be.PutUint64(dst[0:8], i)
+	return dst
+}
+
+// bigPoolSize is the pool of the sweeps' larger values: pseudo-random bytes
+// (so no compressor shrinks them) four times the largest value.
+const bigPoolSize = 4 << 20
+
+var bigPool = sync.OnceValue(func() []byte {
+	p := make([]byte, bigPoolSize+(1<<20))
+	for i := 0; i < len(p); i += 8 {
+		be.PutUint64(p[i:], mix(uint64(i)^0x7f4a7c159e3779b9))
+	}
+	return p
+})
+
+// ValueN writes value i of n bytes into dst[:n] and returns that slice: for
+// n = ValueSize it is Value; otherwise a window of a 4 MiB pseudo-random
+// pool (so values of 1 KiB to 1 MiB neither repeat within a value nor
+// compress), with i in the first 8 bytes. n must be at most 1 MiB.
+func ValueN(dst []byte, i uint64, n int) []byte {
+	if n == ValueSize {
+		return Value(dst, i)
+	}
+	dst = dst[:n]
+	off := mix(i^0x5bd1e995) % bigPoolSize
+	copy(dst, bigPool()[off:off+uint64(n)])
+	if n >= 8 {
+		be.PutUint64(dst[0:8], i)
+	}
 	return dst
 }
 

@@ -227,7 +227,7 @@ func (a *admission) refusal(code errs.Code, retry time.Duration, anchor, msg str
 		e = errs.NewRefusal(code, retry, "%s: anchor %q has %d records in flight (bound %d per anchor)", msg, anchor, a.anchorRecs[anchor], a.perAnchor)
 		e.Anchor = anchor
 	} else {
-		e = errs.NewRefusal(code, retry, "%s: %d records and %d bytes in flight (bounds %d, %d)", msg, a.records, a.bytes, a.maxRecs, a.maxBytes)
+		e = errs.NewRefusal(code, retry, "%s: %s and %s in flight (bounds %d records, %d bytes)", msg, plural(a.records, "record"), plural(a.bytes, "byte"), a.maxRecs, a.maxBytes)
 	}
 	a.withState(e)
 	return e

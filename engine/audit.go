@@ -31,7 +31,7 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 		// Append read the log's tail: the line to come must follow the
 		// database's own head, not a line somebody else wrote.
 		if next.Seq > n+1 {
-			e := errs.New(errs.CodeChainBroken, "audit log has %d lines past the %d the database wrote; nothing more is appended to it", next.Seq-1-n, n)
+			e := errs.New(errs.CodeChainBroken, "audit log has %s past the %d the database wrote; nothing more is appended to it", plural(next.Seq-1-n, "line"), n)
 			e.File = db.AuditPath()
 			return e
 		}
@@ -190,7 +190,7 @@ func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
 	}
 	n := be.Uint64(rec)
 	if head.Lines < n {
-		e := errs.New(errs.CodeChainBroken, "audit log has %d lines; %d were appended", head.Lines, n)
+		e := errs.New(errs.CodeChainBroken, "audit log has %s; %d were appended", plural(head.Lines, "line"), n)
 		e.File = db.AuditPath()
 		return head, e
 	}
@@ -284,7 +284,7 @@ func (db *DB) auditedSnapshotsUpTo(head uint64) (created map[string]snapshot.Aud
 					delete(removed, it.Name)
 				}
 			}
-		case string(snapshot.ActionDeleteSnapshot):
+		case string(snapshot.ActionDeleteSnapshot), snapshot.AuditRetireSnapshot:
 			for _, it := range entry.Removed {
 				if it.Kind == "snapshot" {
 					delete(created, it.Name)

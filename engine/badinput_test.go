@@ -123,7 +123,7 @@ func TestInputLimits(t *testing.T) {
 		}
 		rec, err := db.Record(ctx, c.e.Anchor, r.Seq)
 		if err != nil || rec.Hash != r.Hash || !bytes.Equal(rec.Key, c.e.Key) || !bytes.Equal(rec.Value, c.e.Value) || !bytes.Equal(rec.IdempotencyKey, c.e.IdempotencyKey) || rec.Type != c.e.Type ||
-			!c.e.Time.IsZero() && rec.Time != c.e.Time.UnixNano() {
+			!c.e.Time.IsZero() && rec.Time.UnixNano() != c.e.Time.UnixNano() {
 			t.Fatalf("%s: read back %v (%d-byte value), want the record appended", c.name, err, len(rec.Value))
 		}
 		if c.e.Type == segment.TypePut {

@@ -61,7 +61,7 @@ func checkDB(t testing.TB, db *DB, acked []ackedEntry) {
 	type ver struct {
 		counter uint64
 		anchor  string
-		rec     segment.Record
+		rec     Record
 	}
 	latest := map[string]ver{}
 	for info, err := range db.Anchors(ctx) {
@@ -71,7 +71,7 @@ func checkDB(t testing.TB, db *DB, acked []ackedEntry) {
 		if info.Damage != "" {
 			t.Fatalf("anchor %s damaged after a crash: %s", info.ID, info.Damage)
 		}
-		var logged []segment.Record
+		var logged []Record
 		prev := segment.GenesisHash(info.ID)
 		var lastCounter uint64
 		for rec, err := range db.Log(ctx, info.ID, 1, 0) {
@@ -89,7 +89,7 @@ func checkDB(t testing.TB, db *DB, acked []ackedEntry) {
 			}
 			prev, lastCounter = rec.Hash, rec.Counter
 			logged = append(logged, rec)
-			if rec.IsKV() {
+			if !rec.IsEvent() {
 				k := string(rec.Key)
 				v, ok := latest[k]
 				if !ok || rec.Counter > v.counter || (rec.Counter == v.counter && rec.Anchor > v.anchor) {

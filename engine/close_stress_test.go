@@ -142,7 +142,7 @@ func TestCloseStressEveryAPI(t *testing.T) {
 				}
 			}
 		}
-		seqOf := func(it func(func(segment.Record, error) bool)) error {
+		seqOf := func(it func(func(Record, error) bool)) error {
 			for _, err := range it {
 				if err != nil {
 					return err

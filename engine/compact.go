@@ -68,9 +68,16 @@ type CompactionResult struct {
 	Applied bool          `json:"applied"`
 	// Created is the snapshot the plan created, if any.
 	Created *snapshot.Info `json:"created,omitempty"`
-	// Removed counts segment bytes removed.
+	// RemovedBytes counts the bytes of the segments removed, StubBytes
+	// those of the stubs written in their place (docs/FORMAT.md §4.8):
+	// what a truncation frees is the difference, NetBytes.
 	RemovedBytes int64 `json:"removed_bytes"`
+	StubBytes    int64 `json:"stub_bytes"`
 }
+
+// NetBytes is what the segments removed freed, less the stubs written in
+// their place.
+func (r CompactionResult) NetBytes() int64 { return r.RemovedBytes - r.StubBytes }
 
 // Compact plans a compaction under policy and, with opts.Apply, applies it.
 func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
@@ -226,11 +233,12 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 			if err := audit(entry); err != nil {
 				return res, err
 			}
-			n, err := db.truncateSegment(ctx, a.Anchor, a.Segno)
+			n, stub, err := db.truncateSegment(ctx, a.Anchor, a.Segno)
 			if err != nil {
 				return res, err
 			}
 			res.RemovedBytes += n
+			res.StubBytes += stub
 		}
 	}
 	res.Applied = true
@@ -245,7 +253,7 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 // the snapshot files the audit log records as removed (leftovers), and
 // those it does not record at all (unvouched).
 func (db *DB) compactionInput(ctx context.Context, policy snapshot.Policy, now time.Time) (snapshot.PlanInput, countedSnapshots, error) {
-	in := snapshot.PlanInput{Policy: policy, Now: now}
+	in := snapshot.PlanInput{Policy: policy, Now: now, SegmentSize: db.opts.SegmentSize}
 	// NB: only a snapshot the database wrote may steer what is deleted.
 	// Counted, a well-formed file dropped in with the log's frontier (its
 	// hashes are unkeyed) stood as the newest: no trigger fired,
@@ -329,7 +337,7 @@ func (db *DB) sinceStats(anchor string, from uint64) (time.Time, uint64, error) 
 	}
 	var first time.Time
 	if rec, err := db.Record(context.Background(), anchor, from); err == nil {
-		first = time.Unix(0, rec.Time)
+		first = rec.Time
 	}
 	return first, bytes, ioErr(it.Error(), "read index")
 }
@@ -403,37 +411,37 @@ type anchorSeq struct {
 // rebuild from a snapshot indexes no deletes below the snapshot) and
 // whatever plan a crash interrupted: a segment removed keeps what any later
 // cut needs of it.
-func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) (int64, error) {
+func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) (removed, stubBytes int64, err error) {
 	a, err := db.getAnchor(anchor, false)
 	if err != nil || a == nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if segno >= a.snapshot().segno {
-		return 0, errs.New(errs.CodeInvalidInput, "segment %d of anchor %q is not sealed", segno, anchor)
+		return 0, 0, errs.New(errs.CodeInvalidInput, "segment %d of anchor %q is not sealed", segno, anchor)
 	}
 	path := db.segmentPath(a, segno)
 	f, err := fsutil.Open(db.fs, path, false)
 	if err != nil {
 		if oserrorIsNotExist(err) {
-			return 0, nil // removed already
+			return 0, 0, nil // removed already
 		}
-		return 0, entryErr(err, errs.CodeChainBroken, "open "+path)
+		return 0, 0, entryErr(err, errs.CodeChainBroken, "open "+path)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return 0, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+		return 0, 0, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
 	}
 	size := st.Size()
 	newest, err := newestVersions(f, size)
 	if err != nil {
 		f.Close()
-		return 0, frameErr(anchor, path, err)
+		return 0, 0, frameErr(anchor, path, err)
 	}
 	sc, err := segment.NewScanner(f, size)
 	if err != nil {
 		f.Close()
-		return 0, frameErr(anchor, path, err)
+		return 0, 0, frameErr(anchor, path, err)
 	}
 	stub := segment.Stub{Anchor: anchor, Segno: segno, FirstSeq: sc.Header.FirstSeq, PrevHash: sc.Header.PrevHash}
 	b := db.index.NewBatch()
@@ -446,7 +454,7 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 		}
 		if err != nil {
 			f.Close()
-			return 0, frameErr(anchor, path, err)
+			return 0, 0, frameErr(anchor, path, err)
 		}
 		rec := fr.Record
 		stub.Hashes = append(stub.Hashes, rec.Hash)
@@ -467,7 +475,7 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 			indexed, err := db.indexHas(vk)
 			if err != nil {
 				f.Close()
-				return 0, err
+				return 0, 0, err
 			}
 			if !indexed {
 				// A rebuild from a snapshot indexed the state at its
@@ -499,19 +507,20 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 	}
 	f.Close()
 	if sc.Footer() == nil {
-		return 0, errs.New(errs.CodeChainBroken, "segment %s is not sealed", path).At(anchor, 0, path, sc.Offset())
+		return 0, 0, errs.New(errs.CodeChainBroken, "segment %s is not sealed", path).At(anchor, 0, path, sc.Offset())
 	}
 	stubPath := db.fs.PathJoin(a.dir, segment.StubFileName(segno))
-	if err := db.writeWholeFile(stubPath, segment.AppendStub(nil, &stub)); err != nil {
-		return 0, err
+	stubData := segment.AppendStub(nil, &stub)
+	if err := db.writeWholeFile(stubPath, stubData); err != nil {
+		return 0, 0, err
 	}
 	if err := db.cutSegment(anchor, b, path); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if err := db.syncDir(a.dir); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return size, nil
+	return size, int64(len(stubData)), nil
 }
 
 // cutSegment applies a truncation's batch, which marks the segment's

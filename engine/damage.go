@@ -67,7 +67,7 @@ func (db *DB) noteDamage(id string, e *errs.Error) {
 	if !first {
 		return
 	}
-	db.opts.Logger.Errorf("anchordb: anchor %q is read-only from now on: %v", id, e)
+	db.opts.Logger.Errorf("anchor %q is read-only from now on: %v", id, e)
 	db.damaged.mu.Lock()
 	db.damaged.anchors = append(db.damaged.anchors, a)
 	db.damaged.pending.Store(true)

@@ -183,11 +183,19 @@ func Open(dir string, opts Options) (*DB, error) {
 	fs := opts.FS
 	made := missingDirs(fs, dir)
 	if err := mkdirAllSynced(fs, dir); err != nil {
+		if e := checkIsDir(fs, dir); e != nil {
+			return nil, e
+		}
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "create database directory %s", dir)
 	}
 	_, lockErr := fs.Stat(fs.PathJoin(dir, lockFileName))
 	lock, err := lockDir(fs, dir)
 	if err != nil {
+		// A path that is no directory fails here first (when it exists,
+		// nothing is created): say so, not what failed under it.
+		if e := checkIsDir(fs, dir); e != nil {
+			return nil, e
+		}
 		return nil, err
 	}
 	// Under the lock: a directory holding nothing but the lock file is a
@@ -470,12 +478,12 @@ func (db *DB) initIndex() error {
 			// The replay loaded anchor heads the fast path would not
 			// update; a journal with records in it is a crash's aftermath,
 			// which the full replay is for.
-			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
-				"the journal holds records not yet settled: rebuilding by full replay")})
+			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned,
+				Note: "the journal holds records not yet settled: rebuilding by full replay"})
 		} else if db.opts.rebuildFromSnapshot && carriedDamage {
 			// The full replay is what leaves a damaged anchor's files alone.
-			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch,
-				"anchors were found damaged: rebuilding by full replay")})
+			db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned,
+				Note: "anchors were found damaged: rebuilding by full replay"})
 		} else if db.opts.rebuildFromSnapshot {
 			switch err := db.rebuildFromSnapshot(context.Background()); {
 			case err == nil:
@@ -596,7 +604,7 @@ func (db *DB) startJournal() error {
 	w, err := journal.Create(db.fs, dir, gen, journal.Options{
 		Prealloc: max(db.opts.JournalPrealloc, 0),
 		PreallocFailed: func(gen uint64, err error) {
-			db.opts.Logger.Errorf("anchordb: journal %s: writing zeros ahead of its blocks failed (its fsyncs will grow the file from here): %v", journal.FileName(gen), err)
+			db.opts.Logger.Errorf("journal %s: writing zeros ahead of its blocks failed (its fsyncs will grow the file from here): %v", journal.FileName(gen), err)
 		},
 	})
 	if err != nil {
@@ -737,7 +745,7 @@ func (db *DB) fail(err error) error {
 	}
 	stopped := errs.Wrap(errs.CodeWriteFailed, e, "the database stopped accepting writes")
 	if db.failed.CompareAndSwap(nil, stopped) {
-		db.opts.Logger.Errorf("anchordb: %v", stopped)
+		db.opts.Logger.Errorf("%v", stopped)
 		db.vis.wake() // readers waiting for the applier wait no longer
 	}
 	return db.failed.Load()

@@ -6,11 +6,20 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 )
 
-// Error is the coded error type of anchordb (SPEC §8). Use errors.As to read
-// its Code, location and cause, or errors.Is against the sentinels below.
+// Error is the coded error type of anchordb (SPEC §8). Every error that
+// carries a code is an *Error or wraps one — refusals, conflicts and forks
+// included — so one errors.As reads the code, location and cause of any:
+//
+//	var e *engine.Error
+//	if errors.As(err, &e) { … e.Code … }
+//
+// errors.Is against the sentinels below matches on the code alone.
 type Error = errs.Error
 
-// RefusalError is an admission refusal (CAP_*), with a RetryAfter hint.
+// RefusalError is an admission refusal (CAP_*), with a RetryAfter hint and
+// the capacity state. It unwraps to an *Error of its code, so errors.As
+// with an *Error finds its code too; errors.As with a *RefusalError adds
+// what only a refusal carries.
 type RefusalError = errs.RefusalError
 
 // Code is an error code such as "INT_001".
@@ -36,7 +45,8 @@ var (
 // ErrNotFound is returned by Get when a key has no live value.
 var ErrNotFound = fmt.Errorf("anchordb: not found")
 
-// CodeOf returns the code carried by err, or "" if none.
+// CodeOf returns the code carried by err, or "" if none: the Code of the
+// *Error errors.As finds in it.
 func CodeOf(err error) Code { return errs.CodeOf(err) }
 
 // IsCorruption reports whether err is an integrity finding (INT_*).

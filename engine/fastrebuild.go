@@ -66,8 +66,18 @@ type rebuildAnchor struct {
 // snapshot that the audit log records and that verifies, and the segments. It returns errFastPathAbandoned
 // (with the reason in an event) when the full replay must do the work.
 func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
+	// NB: most reasons to fall back are the database's own shape (a tail
+	// that sorts before the frontier, a snapshot older than a cut), not
+	// damage: the event says why in a note, with a code only when the
+	// cause carried one (a snapshot that fails its checks).
 	abandon := func(format string, args ...any) error {
-		db.event(RecoveryEvent{Kind: EventFastRebuildAbandoned, Err: errs.New(errs.CodeIndexMismatch, format, args...)})
+		ev := RecoveryEvent{Kind: EventFastRebuildAbandoned, Note: fmt.Sprintf(format, args...)}
+		for _, a := range args {
+			if err, ok := a.(error); ok && errs.CodeOf(err) != "" {
+				ev.Note, ev.Err = "", errs.New(errs.CodeOf(err), format, args...)
+			}
+		}
+		db.event(ev)
 		return errFastPathAbandoned
 	}
 	list, err := snapshot.List(db.fs, db.SnapshotsDir())

@@ -44,7 +44,7 @@ type FilesCheck struct {
 	// Unchecked names what only a check with the index covers: "index",
 	// "snapshots", "audit_log", "unknown_directories", and "origin" when the
 	// database id file is missing (the checkpoints' origin is then not
-	// compared).
+	// compared). The CLI adds "outboxes" (their state is index rows).
 	Unchecked []string `json:"unchecked"`
 	// Tails are the anchors whose newest segment ended, before the end of
 	// the file, in bytes that do not read as the next record, with nothing

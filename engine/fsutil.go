@@ -94,3 +94,33 @@ func entryErr(err error, code errs.Code, what string) error {
 	}
 	return ioErr(err, what)
 }
+
+// checkIsDir refuses a database directory that is something else — a
+// regular file, or a path under one — with INPUT_001: the path is wrong,
+// and an I/O error about the lock file under it would send the operator
+// after the wrong thing. A path that does not exist yet is fine. Open asks
+// only once creating or locking the directory failed, so an Open that
+// succeeds makes no call more.
+func checkIsDir(fs vfs.FS, dir string) error {
+	st, err := fs.Stat(dir)
+	switch {
+	case err == nil && !st.IsDir():
+		return errs.New(errs.CodeInvalidInput, "database directory %s is not a directory", dir)
+	case err == nil:
+		return nil
+	}
+	// Missing, or under a file: the nearest ancestor that exists says.
+	for p := dir; ; {
+		parent := fs.PathDir(p)
+		if parent == p || parent == "" || parent == "." {
+			return nil
+		}
+		p = parent
+		if st, err := fs.Stat(p); err == nil {
+			if !st.IsDir() {
+				return errs.New(errs.CodeInvalidInput, "database directory %s is not a directory: %s is a file", dir, p)
+			}
+			return nil
+		}
+	}
+}

@@ -99,7 +99,7 @@ func (db *DB) openIndex() (err error) {
 			}
 			cure := "the next Open rebuilds it"
 			if err := db.markIndexCorrupt(info); err != nil {
-				db.opts.Logger.Errorf("anchordb: %v", err)
+				db.opts.Logger.Errorf("%v", err)
 				cure = "rebuild it: anchordb rebuild-index"
 			}
 			_ = db.fail(errs.New(errs.CodeIndexMismatch, "index corruption: %s; %s", info, cure))

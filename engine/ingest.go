@@ -221,8 +221,8 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 				// What was appended stays: the report says how much.
 				rep.Anchors = append(rep.Anchors, ia)
 				rep.Appended += ia.Appended
-				return rep, fmt.Errorf("ingest anchor %q after %d of its records (%d appended in all, on %d anchors): %w",
-					s.id, ia.Appended, rep.Appended, len(rep.Anchors), err)
+				return rep, fmt.Errorf("ingest anchor %q after %d of its records (%d appended in all, on %s): %w",
+					s.id, ia.Appended, rep.Appended, plural(len(rep.Anchors), "anchor"), err)
 			}
 		}
 		rep.Appended += ia.Appended
@@ -261,7 +261,7 @@ func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info A
 	}
 	at := min(had, s.head)
 	if at < s.first-1 {
-		e := errs.New(errs.CodeDependencyMissing, "anchor %q arrives truncated below seq %d; we hold only %d records", s.id, s.first, had)
+		e := errs.New(errs.CodeDependencyMissing, "anchor %q arrives truncated below seq %d; we hold only %s", s.id, s.first, plural(had, "record"))
 		e.Anchor = s.id
 		return e
 	}

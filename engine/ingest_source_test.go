@@ -210,7 +210,7 @@ func logOf(t *testing.T, mem vfs.FS, dir, anchor string) []segment.Record {
 		if err != nil {
 			t.Fatal(err)
 		}
-		recs = append(recs, rec.Clone())
+		recs = append(recs, rec.segment().Clone())
 	}
 	return recs
 }

@@ -58,7 +58,7 @@ func (db *DB) checkBuiltGroup(g *group) {
 		return nil
 	})
 	if err == nil && n != g.records {
-		err = fmt.Errorf("the block holds %d records, the group %d", n, g.records)
+		err = fmt.Errorf("the block holds %s, the group %d", plural(n, "record"), g.records)
 	}
 	if err == nil {
 		for id, t := range tips {

@@ -64,7 +64,7 @@ func decodeJournalBlock(payload []byte, fn func(journalRecord) error) error {
 		}
 	}
 	if len(p) != 0 {
-		return fmt.Errorf("journal block has %d bytes after its %d records", len(p), n)
+		return fmt.Errorf("journal block has %d bytes after its %s", len(p), plural(n, "record"))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"iter"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -46,7 +47,7 @@ func (db *DB) checkFrontier(f merge.Frontier) error {
 			if ok {
 				have = info.Records
 			}
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %d records", f[id], id, have)
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, plural(have, "record"))
 			e.Anchor, e.Seq = id, f[id]
 			return e
 		}
@@ -69,10 +70,69 @@ type MergedOptions struct {
 	After merge.Frontier
 }
 
+// Positioned is a record of the merged view with its 1-based position in
+// the merged order.
+type Positioned struct {
+	Pos uint64
+	Record
+}
+
 // Merged streams the merged view with global positions. Memory is a small
 // buffer per anchor, independent of the length of the logs. A yielded record
 // is the caller's to keep.
-func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Positioned, error] {
+//
+// Positions are in the merged order of every record, those a truncating
+// compaction removed included (their counters stay in the index and the
+// stubs), so a record's position does not change when a compaction runs,
+// and MergedRoot is over the same list. A removed record the compaction
+// kept a copy of (a key's last record in a removed segment) is yielded like
+// any other; a run of consecutive positions whose records are gone yields,
+// in its place, one STATE_003 *Error (Anchor and Seq of the run's first
+// record; the message names the positions); a loop that goes on after it
+// gets the records after the run.
+func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[Positioned, error] {
+	return func(yield func(Positioned, error) bool) {
+		var first, last merge.Positioned // the run of gone positions not yet reported
+		report := func() bool {
+			if first.Pos == 0 {
+				return true
+			}
+			run := fmt.Sprintf("position %d", first.Pos)
+			if last.Pos > first.Pos {
+				run = fmt.Sprintf("positions %d..%d", first.Pos, last.Pos)
+			}
+			e := errs.New(errs.CodeDependencyMissing, "the records at %s of the merged view (the first: anchor %q seq %d) were removed by a compaction, which keeps of a removed segment only each key's last record",
+				run, first.Record.Anchor, first.Record.Seq).At(first.Record.Anchor, first.Record.Seq, "", 0)
+			first = merge.Positioned{}
+			return yield(Positioned{}, e)
+		}
+		for p, err := range db.merged(ctx, opts, keptOrGone) {
+			if err == nil && isGone(&p.Record) {
+				if first.Pos == 0 {
+					first = p
+				}
+				last = p
+				continue
+			}
+			if !report() {
+				return
+			}
+			if err != nil {
+				yield(Positioned{}, err)
+				return
+			}
+			if !yield(Positioned{Pos: p.Pos, Record: newRecord(&p.Record)}, nil) {
+				return
+			}
+		}
+		report()
+	}
+}
+
+// merged is Merged in the codec's form; mode says what it yields for a
+// record a compaction removed. With skipTruncated, the positions count the
+// records yielded only.
+func (db *DB) merged(ctx context.Context, opts MergedOptions, mode truncatedMode) iter.Seq2[merge.Positioned, error] {
 	return func(yield func(merge.Positioned, error) bool) {
 		if err := db.beginRead(ctx); err != nil {
 			yield(merge.Positioned{}, err)
@@ -106,7 +166,7 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 			if opts.After[id] >= f[id] {
 				continue
 			}
-			if after := opts.After[id]; after > 0 {
+			if after := opts.After[id]; after > 0 && mode == skipTruncated {
 				// A view after an earlier frontier inside the truncated log
 				// would silently lack the records from there to the cut.
 				db.truncating.RLock() // cutOf caches: no truncation in between
@@ -126,7 +186,7 @@ func (db *DB) Merged(ctx context.Context, opts MergedOptions) iter.Seq2[merge.Po
 			// After a frontier the log goes on densely from After+1: a
 			// truncation that lands before the first refill is a gap too.
 			sources = append(sources, &logSource{db: db, ctx: ctx, anchor: id, next: opts.After[id] + 1, last: f[id], batch: batch,
-				started: opts.After[id] > 0, shared: shared})
+				started: opts.After[id] > 0 || mode != skipTruncated, shared: shared, mode: mode})
 		}
 		var mo []merge.Option
 		if opts.From > 1 {
@@ -171,6 +231,7 @@ type logSource struct {
 	batch   uint64
 	buf     []segment.Record
 	pos     int
+	mode    truncatedMode
 }
 
 func (s *logSource) Next() (segment.Record, bool, error) {
@@ -192,7 +253,7 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 		// Empty: what it held last was another source's.
 		s.fr.buf, s.fr.bufOff = (*s.shared)[:0], 0
 		var failed error
-		s.db.logRange(s.ctx, s.anchor, s.next, to, s.fr, func(rec segment.Record, err error) bool {
+		s.db.logRange(s.ctx, s.anchor, s.next, to, s.fr, s.mode, func(rec segment.Record, err error) bool {
 			if err != nil {
 				failed = err
 				return false
@@ -233,10 +294,17 @@ func (s *logSource) Next() (segment.Record, bool, error) {
 }
 
 // MergedRoot returns the RFC 6962 root over the record hashes of the merged
-// view at a frontier (nil: the current one) and its size: two databases with
-// the same records have the same root.
+// view at a frontier (nil: the current one) and its size. It covers every
+// record of every anchor up to the frontier, those a truncating compaction
+// removed included: their hashes and counters stay in the index and the
+// stubs (docs/FORMAT.md §2.2, §4.8). So the root is a function of the
+// records alone — two databases with the same records have the same root,
+// whatever either compacted, a compaction leaves it as it was, and with one
+// anchor it is that anchor's tree root — and it is known at any frontier,
+// one inside a truncated log included. Records still in their segments are
+// read and checked against their hashes.
 func (db *DB) MergedRoot(ctx context.Context, f merge.Frontier) (segment.Hash, uint64, error) {
-	return merge.Root(db.Merged(ctx, MergedOptions{Frontier: f}))
+	return merge.Root(db.merged(ctx, MergedOptions{Frontier: f}, hashesOnly))
 }
 
 // GetAt returns the value of key in the state at frontier f: the last put or

@@ -70,7 +70,7 @@ func reference(t *rapid.T, db *DB, f merge.Frontier) ([]segment.Record, map[stri
 			if err != nil {
 				t.Fatal(err)
 			}
-			all = append(all, rec)
+			all = append(all, *rec.segment())
 		}
 	}
 	slices.SortFunc(all, func(x, y segment.Record) int {
@@ -115,7 +115,7 @@ func checkAgainstReplay(t *rapid.T, db *DB, f merge.Frontier) []segment.Record {
 		if p.Pos != uint64(len(got)+1) {
 			t.Fatalf("position %d at index %d", p.Pos, len(got))
 		}
-		got = append(got, p.Record)
+		got = append(got, *p.segment())
 	}
 	if len(got) != len(want) {
 		t.Fatalf("merged %d records, reference %d", len(got), len(want))

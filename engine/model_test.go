@@ -406,7 +406,7 @@ func clipBytes(b []byte) []byte {
 func (mm *modelMachine) History(t *rapid.T) {
 	key := []byte(rapid.SampledFrom(modelKeys).Draw(t, "key"))
 	want := mm.m.history(key)
-	var got []segment.Record
+	var got []Record
 	for rec, err := range mm.db.History(mm.ctx, key) {
 		if err != nil {
 			mm.fail(t, "history %q: %v", key, err)
@@ -579,7 +579,7 @@ func (mm *modelMachine) Merged(t *rapid.T) {
 		return all[i].anchor < all[j].anchor
 	})
 	first := max(opts.From, 1)
-	var got []merge.Positioned
+	var got []Positioned
 	for p, err := range mm.db.Merged(mm.ctx, opts) {
 		if err != nil {
 			mm.fail(t, "merged %+v: %v", opts, err)
@@ -614,12 +614,22 @@ func (mm *modelMachine) checkLog(t *rapid.T, an string, from, to uint64) {
 			want = append(want, r)
 		}
 	}
-	var got []segment.Record
+	var got []Record
 	for rec, err := range mm.db.Log(mm.ctx, an, from, to) {
+		if len(log) == 0 {
+			// An anchor with no record is none the database holds.
+			if !errors.Is(err, ErrDependencyMissing) {
+				mm.fail(t, "log of %q, which has no records: %v, want STATE_003", an, err)
+			}
+			return
+		}
 		if err != nil {
 			mm.fail(t, "log %q [%d, %d]: %v", an, from, to, err)
 		}
 		got = append(got, rec)
+	}
+	if len(log) == 0 {
+		mm.fail(t, "log of %q, which has no records, yielded nothing: want STATE_003", an)
 	}
 	if len(got) != len(want) {
 		mm.fail(t, "log %q [%d, %d]: %d records, want %d", an, from, to, len(got), len(want))

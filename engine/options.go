@@ -29,11 +29,11 @@ type Options struct {
 	// open for writing, or it was not closed cleanly and only a writer's
 	// recovery would bring the index up to date — the database is read
 	// from its files alone: Verify, Log, Record, ProveInclusion,
-	// ProveConsistency, AnchorRoot and the stored checkpoints work, seeing a
-	// consistent prefix of each anchor, and the reads that need the index
-	// are refused (STATE_001 naming the writer's pid, STATE_003 otherwise);
-	// IndexUnavailable says why. See docs/RELIABILITY.md, "Reading without
-	// the write lock".
+	// ProveConsistency, AnchorRoot, ProveRecord and the stored checkpoints
+	// work, seeing a consistent prefix of each anchor, and the reads that
+	// need the index are refused (STATE_001 naming the writer's pid,
+	// STATE_003 otherwise); IndexUnavailable says why. See
+	// docs/RELIABILITY.md, "Reading without the write lock".
 	ReadOnly bool
 
 	// NoSync makes appends return once the commit group's journal block has
@@ -126,7 +126,9 @@ type Options struct {
 	PebbleOptions func(*pebble.Options)
 }
 
-// Logger is the logging interface the engine uses.
+// Logger is the logging interface the engine uses. Messages carry no
+// prefix naming anchordb: a logger that shares its output with others adds
+// its own (the CLI's prints "anchordb: ").
 type Logger interface {
 	Infof(format string, args ...any)
 	Errorf(format string, args ...any)

@@ -59,7 +59,7 @@ func (t *treeReader) checkSize(size uint64) (uint64, error) {
 		return cur, nil
 	}
 	if size > cur {
-		return 0, errs.New(errs.CodeDependencyMissing, "anchor %q has %d records: there is no tree of size %d", t.anchor, cur, size).At(t.anchor, size, "", 0)
+		return 0, errs.New(errs.CodeDependencyMissing, "anchor %q has %s: there is no tree of size %d", t.anchor, plural(cur, "record"), size).At(t.anchor, size, "", 0)
 	}
 	return size, nil
 }

@@ -216,6 +216,9 @@ func TestReadOnlyOpenWritesNothing(t *testing.T) {
 	}
 	n := 0
 	for _, err := range ro.Merged(ctx, MergedOptions{}) {
+		if CodeOf(err) == errs.CodeDependencyMissing {
+			continue // records the truncation removed
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +228,9 @@ func TestReadOnlyOpenWritesNothing(t *testing.T) {
 		t.Fatal("merged view is empty")
 	}
 	for rec, err := range ro.Log(ctx, "a1", 140, 0) {
+		if CodeOf(err) == errs.CodeDependencyMissing {
+			continue // records the truncation removed
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -704,10 +710,6 @@ func TestFilesReadsBesideALiveWriter(t *testing.T) {
 		if m := db.Metrics(); m.Seals == 0 || m.Settles == 0 {
 			t.Errorf("the writer sealed %d segments and settled %d times", m.Seals, m.Settles)
 		}
-		stubs, _ := filepath.Glob(filepath.Join(dir, segment.AnchorsDir, "*", "*", "*.hashes"))
-		if len(stubs) == 0 {
-			t.Error("no compaction truncated a log")
-		}
 	}()
 	ro, err := Open(dir, Options{FS: vfs.Default, ReadOnly: true})
 	if err != nil {
@@ -722,7 +724,16 @@ func TestFilesReadsBesideALiveWriter(t *testing.T) {
 		rounds = 10
 	}
 	seen := map[string]uint64{}
-	for round := 0; round < rounds; round++ {
+	truncated := func() bool {
+		stubs, _ := filepath.Glob(filepath.Join(dir, segment.AnchorsDir, "*", "*", "*.hashes"))
+		return len(stubs) > 0
+	}
+	// The rounds go on until a compaction has truncated a log too, so the
+	// reads meet stubs however fast they run.
+	for round := 0; round < rounds || !truncated(); round++ {
+		if round > 50*rounds {
+			t.Fatal("no compaction truncated a log")
+		}
 		rep, err := ro.Verify(ctx, VerifyOptions{})
 		if err != nil || !rep.OK {
 			t.Fatalf("round %d: verify beside a writer: %+v %v", round, rep, err)
@@ -779,13 +790,6 @@ func appendBytes(t *testing.T, fs vfs.FS, path string, b []byte) {
 	t.Helper()
 	data := readAll(t, fs, path)
 	writeMemFile(fs, path, append(data, b...))
-}
-
-func flipByte(t *testing.T, fs vfs.FS, path string, off int) {
-	t.Helper()
-	data := readAll(t, fs, path)
-	data[off] ^= 0x40
-	writeMemFile(fs, path, data)
 }
 
 // TestFilesCheckReadsDamageAgain: what a first read of the files finds

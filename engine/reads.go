@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"math"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
@@ -12,13 +14,80 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Version is one version of a key: its value and the receipt of the record
-// that wrote it.
+// Hash is a BLAKE3-256 hash as anchordb prints it ("blake3:<64 hex>"): a
+// record's hash, a tree root.
+type Hash = segment.Hash
+
+// Record is one record of an anchor's log, whole: what Record, Log, History
+// and Merged return, each read from its segment (or the copy a compaction
+// kept) and checked against its hash. Its fields are the record shape of
+// the JSON the CLI prints.
+//
+// Get, GetAt, Scan, ScanRange and Versions return a Version instead: what
+// the index alone holds of a key's version (its value, time and receipt),
+// answered without reading the segment — most Gets read one index row. A
+// record's PrevHash and IdempotencyKey are only in the segment (and an
+// event, which changes no key, has no Version); db.Record(ctx, v.Anchor,
+// v.Seq) reads the whole record of a Version.
+type Record struct {
+	Anchor  string
+	Seq     uint64
+	Counter uint64
+	// Time is the record time, in UTC (nanoseconds are kept: the log
+	// stores Unix nanoseconds).
+	Time time.Time
+	// Type is "put", "delete" or an event's type.
+	Type string
+	// Key is empty for an event without one.
+	Key []byte
+	// Value is a put's value or an event's payload; empty for a delete.
+	Value []byte
+	// IdempotencyKey is empty when the append carried none.
+	IdempotencyKey []byte
+	// PrevHash is the hash of the record before it (seq 1: the anchor's
+	// genesis hash).
+	PrevHash Hash
+	// Hash is the record's hash, which covers every field above.
+	Hash Hash
+}
+
+// Receipt returns the record's receipt (Duplicate false).
+func (r *Record) Receipt() Receipt {
+	return Receipt{Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Hash: r.Hash}
+}
+
+// IsEvent reports whether the record is an event: a type other than put and
+// delete, with no key-value effect.
+func (r *Record) IsEvent() bool { return !r.segment().IsKV() }
+
+// ComputeHash recomputes the record's hash from its fields (the canonical
+// encoding of docs/FORMAT.md §3.1): Hash, for an intact record.
+func (r *Record) ComputeHash() Hash { return r.segment().ComputeHash() }
+
+// segment returns r in the segment codec's form.
+func (r *Record) segment() *segment.Record {
+	return &segment.Record{Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Time: r.Time.UnixNano(), Type: r.Type,
+		Key: r.Key, Value: r.Value, IdempotencyKey: r.IdempotencyKey, PrevHash: r.PrevHash, Hash: r.Hash}
+}
+
+// newRecord returns r, a record the caller owns, as a Record.
+func newRecord(r *segment.Record) Record {
+	return Record{Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Time: recordTime(r.Time), Type: r.Type,
+		Key: r.Key, Value: r.Value, IdempotencyKey: r.IdempotencyKey, PrevHash: r.PrevHash, Hash: r.Hash}
+}
+
+// recordTime is a record time (Unix nanoseconds) as a time.Time in UTC.
+func recordTime(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+// Version is one version of a key as the index holds it: its value (none
+// for a delete, with Deleted set), the record's time, and the receipt of
+// the record that wrote it. See Record for why reads of a key return
+// Versions and reads of a log Records.
 type Version struct {
 	Key     []byte
 	Value   []byte
 	Deleted bool
-	Time    int64 // the record time, Unix nanoseconds
+	Time    time.Time // the record time, in UTC
 	Receipt
 }
 
@@ -84,7 +153,7 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 	if err != nil {
 		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
 	}
-	out := Version{Key: key, Deleted: ve.Type == verDelete, Time: ve.Time,
+	out := Version{Key: key, Deleted: ve.Type == verDelete, Time: recordTime(ve.Time),
 		Receipt: Receipt{Anchor: anchor, Seq: ve.Seq, Counter: counter, Hash: ve.Hash}}
 	switch {
 	case out.Deleted:
@@ -101,34 +170,37 @@ func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
 }
 
 // History returns every version of key in merged order, oldest first, as the
-// records that wrote them.
-func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record, error] {
-	return func(yield func(segment.Record, error) bool) {
+// records that wrote them (Versions returns the same without reading whole
+// records). A version whose record a compaction removed, where only the
+// index's copy of the version is left (an index rebuilt from a snapshot),
+// comes without its PrevHash and IdempotencyKey (zero).
+func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
 		if err := db.beginRead(ctx); err != nil {
-			yield(segment.Record{}, err)
+			yield(Record{}, err)
 			return
 		}
 		defer db.endRead()
 		it, err := db.versionRows(db.index, key)
 		if err != nil {
-			yield(segment.Record{}, err)
+			yield(Record{}, err)
 			return
 		}
 		defer it.Close()
 		// Versions are stored newest first; history reads them backwards.
 		for ok := it.Last(); ok; ok = it.Prev() {
 			if err := ctx.Err(); err != nil {
-				yield(segment.Record{}, err)
+				yield(Record{}, err)
 				return
 			}
 			_, counter, anchor, err := parseVersionKey(it.Key())
 			if err != nil {
-				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
+				yield(Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
 				return
 			}
 			ve, err := decodeVersionEntry(it.Value())
 			if err != nil {
-				yield(segment.Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
+				yield(Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
 				return
 			}
 			rec, err := db.readVersionFrame(ctx, anchor, counter, &ve)
@@ -142,12 +214,12 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[segment.Record,
 					rec.Type, rec.Value = segment.TypeDelete, nil
 				}
 			}
-			if !yield(rec, err) || err != nil {
+			if !yield(newRecord(&rec), err) || err != nil {
 				return
 			}
 		}
 		if err := it.Error(); err != nil {
-			yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
+			yield(Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 		}
 	}
 }
@@ -241,15 +313,30 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 }
 
 // Record returns record seq of the anchor, read from its segment and checked
-// against its hash.
-func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
+// against its hash. A record a compaction removed is the copy it kept (a
+// key's last record in the removed segment), or STATE_003.
+func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (Record, error) {
 	if db.filesOnly() {
-		return db.fileRecord(ctx, anchor, seq) // a read-only open without the index
+		rec, err := db.fileRecord(ctx, anchor, seq) // a read-only open without the index
+		if err != nil {
+			return Record{}, err
+		}
+		return newRecord(&rec), nil
 	}
 	if err := db.beginRead(ctx); err != nil {
-		return segment.Record{}, err
+		return Record{}, err
 	}
 	defer db.endRead()
+	rec, err := db.record(ctx, anchor, seq)
+	if err != nil {
+		return Record{}, err
+	}
+	return newRecord(&rec), nil
+}
+
+// record is Record in the codec's form, for a caller that holds the read
+// gate.
+func (db *DB) record(ctx context.Context, anchor string, seq uint64) (segment.Record, error) {
 	// An illegal id is bad input, not a record that is missing (yet).
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return segment.Record{}, err
@@ -265,27 +352,123 @@ func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (segment.Re
 }
 
 // Log returns the anchor's records with from <= seq <= to, in seq order. A to
-// of 0 means through the last record.
-func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[segment.Record, error] {
-	return func(yield func(segment.Record, error) bool) {
+// of 0 means through the last record; a from past the last yields nothing.
+//
+// After a truncating compaction the records it removed are gone from the
+// log but for the copies it kept (each key's last record in a removed
+// segment), which Log returns like any other. A run of records that is
+// gone yields, in its place, one STATE_003 *Error whose Seq is the run's
+// first seq and whose message names the run and the first seq from which
+// the log is held whole; a loop that goes on after it gets the records
+// after the run. An anchor the database does not hold is STATE_003.
+func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
 		if db.filesOnly() {
-			db.fileLog(ctx, anchor, from, to, yield) // a read-only open without the index
+			// A read-only open without the index.
+			db.fileLog(ctx, anchor, from, to, func(rec segment.Record, err error) bool {
+				if err != nil {
+					return yield(Record{}, err)
+				}
+				return yield(newRecord(&rec), nil)
+			})
 			return
 		}
 		if err := db.beginRead(ctx); err != nil {
-			yield(segment.Record{}, err)
+			yield(Record{}, err)
 			return
 		}
 		defer db.endRead()
+		if err := segment.ValidateAnchorID(anchor); err != nil {
+			yield(Record{}, err)
+			return
+		}
+		if _, ok, err := db.anchorInfo(anchor); err != nil || !ok {
+			if err == nil {
+				err = errs.New(errs.CodeDependencyMissing, "anchor %q is not in the database", anchor).At(anchor, 0, "", 0)
+			}
+			yield(Record{}, err)
+			return
+		}
 		fr := db.newFrameReader(anchor)
 		defer fr.close()
-		db.logRange(ctx, anchor, from, to, fr, yield)
+		var gone []uint64 // the run of removed seqs not yet reported: first, last
+		report := func() bool {
+			if gone == nil {
+				return true
+			}
+			e := db.goneRun(anchor, gone[0], gone[1])
+			gone = nil
+			return yield(Record{}, e)
+		}
+		stopped := false
+		db.logRange(ctx, anchor, from, to, fr, keptOrGone, func(rec segment.Record, err error) bool {
+			if err == nil && isGone(&rec) {
+				if gone == nil {
+					gone = []uint64{rec.Seq, rec.Seq}
+				}
+				gone[1] = rec.Seq
+				return true
+			}
+			if !report() {
+				stopped = true
+				return false
+			}
+			if err != nil {
+				stopped = !yield(Record{}, err)
+				return false
+			}
+			stopped = !yield(newRecord(&rec), nil)
+			return !stopped
+		})
+		if !stopped {
+			report()
+		}
 	}
 }
 
+// goneRun is the STATE_003 of records from..to of anchor, which a
+// compaction removed without keeping a copy.
+func (db *DB) goneRun(anchor string, from, to uint64) *errs.Error {
+	db.truncating.RLock()
+	first, err := db.cutOf(anchor)
+	db.truncating.RUnlock()
+	held := ""
+	if err == nil {
+		held = fmt.Sprintf("; the log is held whole from seq %d", first)
+	}
+	run := fmt.Sprintf("record %d", from)
+	if to > from {
+		run = fmt.Sprintf("records %d..%d", from, to)
+	}
+	return errs.New(errs.CodeDependencyMissing, "%s of anchor %q were removed by a compaction, which keeps of a removed segment only each key's last record%s",
+		run, anchor, held).At(anchor, from, "", 0)
+}
+
+// truncatedMode says what logRange yields for a record a compaction
+// removed (its index row says so: frame size 0).
+type truncatedMode int
+
+const (
+	// skipTruncated yields nothing for it: the log as the segments hold
+	// it, starting after the cut.
+	skipTruncated truncatedMode = iota
+	// keptOrGone yields the copy the compaction kept, or else a record
+	// that isGone: its anchor, seq, counter and hash (what the index row
+	// and the stub keep), no type.
+	keptOrGone
+	// hashesOnly yields the isGone record for every removed one, kept or
+	// not: what a merged-order root needs of it.
+	hashesOnly
+)
+
+// isGone reports whether r stands for a removed record (keptOrGone,
+// hashesOnly): every record has a type.
+func isGone(r *segment.Record) bool { return r.Type == "" }
+
 // logRange yields the anchor's records from..to (0: through the last)
-// through fr, which the caller closes (and may reuse).
-func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *frameReader, yield func(segment.Record, error) bool) {
+// through fr, which the caller closes (and may reuse); mode says what it
+// yields for a record a compaction removed.
+func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *frameReader, mode truncatedMode, yield func(segment.Record, error) bool) {
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		yield(segment.Record{}, err)
 		return
@@ -317,10 +500,24 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 			yield(segment.Record{}, err)
 			return
 		}
-		if row.Size == 0 {
+		var rec segment.Record
+		switch {
+		case row.Size != 0:
+			rec, err = fr.read(row.seq, row.seqEntry)
+			if mode != skipTruncated && errs.CodeOf(err) == errs.CodeDependencyMissing {
+				// Truncated since the row was read, and not kept.
+				rec, err = goneRecord(anchor, row), nil
+			}
+		case mode == skipTruncated:
 			continue // truncated by compaction: the log starts after it
+		case mode == hashesOnly:
+			rec = goneRecord(anchor, row)
+		default:
+			rec, err = db.retained(anchor, row.seq, row.Hash)
+			if errs.CodeOf(err) == errs.CodeDependencyMissing {
+				rec, err = goneRecord(anchor, row), nil
+			}
 		}
-		rec, err := fr.read(row.seq, row.seqEntry)
 		if !yield(rec, err) || err != nil {
 			return
 		}
@@ -328,6 +525,11 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 	if err := it.Error(); err != nil {
 		yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
 	}
+}
+
+// goneRecord is the isGone record of a removed record's row.
+func goneRecord(anchor string, row seqRow) segment.Record {
+	return segment.Record{Anchor: anchor, Seq: row.seq, Counter: row.Counter, Hash: row.Hash}
 }
 
 // readVersionFrame reads the record of a version. A version row written by a

@@ -452,10 +452,10 @@ func (rc *reconciler) missingAnchors() error {
 			db.markDamaged(a, foreign)
 		}
 		if st := a.snapshot(); st.head > 0 && a.damaged() == nil {
-			e := errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) are missing", id, st.head)
+			e := errs.New(errs.CodeChainBroken, "the segments of anchor %q (%s) are missing", id, plural(st.head, "record"))
 			e.File = a.dir
 			if torn := rc.headerless[segment.AnchorPathID(id)]; len(torn) > 0 {
-				e = errs.New(errs.CodeChainBroken, "the segments of anchor %q (%d records) have no whole header", id, st.head)
+				e = errs.New(errs.CodeChainBroken, "the segments of anchor %q (%s) have no whole header", id, plural(st.head, "record"))
 				e.File = torn[len(torn)-1].path
 			}
 			db.markDamaged(a, e)

@@ -49,14 +49,18 @@ import (
 
 // RecoveryEvent is one thing recovery did or found.
 type RecoveryEvent struct {
-	Kind    string      `json:"kind"`
-	Anchor  string      `json:"anchor,omitempty"`
-	File    string      `json:"file,omitempty"`
-	Offset  int64       `json:"offset,omitempty"`
-	Bytes   int64       `json:"bytes,omitempty"`
-	Records uint64      `json:"records,omitempty"`
-	Saved   string      `json:"saved,omitempty"` // where cut bytes were kept
-	Err     *errs.Error `json:"error,omitempty"`
+	Kind    string `json:"kind"`
+	Anchor  string `json:"anchor,omitempty"`
+	File    string `json:"file,omitempty"`
+	Offset  int64  `json:"offset,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+	Records uint64 `json:"records,omitempty"`
+	Saved   string `json:"saved,omitempty"` // where cut bytes were kept
+	// Note says what happened when it is no finding (a fast rebuild that
+	// fell back to a full replay for a reason of the database's own, not
+	// its damage): it carries no code.
+	Note string      `json:"note,omitempty"`
+	Err  *errs.Error `json:"error,omitempty"`
 }
 
 // Recovery event kinds.
@@ -100,6 +104,9 @@ func (e RecoveryEvent) String() string {
 	}
 	if e.Saved != "" {
 		fmt.Fprintf(&b, " saved=%s", e.Saved)
+	}
+	if e.Note != "" {
+		fmt.Fprintf(&b, ": %s", e.Note)
 	}
 	if e.Err != nil {
 		fmt.Fprintf(&b, ": %v", e.Err)
@@ -607,7 +614,7 @@ func (db *DB) markDamaged(a *anchor, e *errs.Error) {
 	b := db.index.NewBatch()
 	setDamageRows(b, a, head)
 	if err := b.Commit(pebble.NoSync); err != nil {
-		db.opts.Logger.Errorf("anchordb: record damage of %q: %v", a.id, err)
+		db.opts.Logger.Errorf("record damage of %q: %v", a.id, err)
 	}
 	_ = b.Close()
 	db.event(RecoveryEvent{Kind: EventDamaged, Anchor: a.id, File: e.File, Offset: e.Offset, Err: e})

@@ -247,7 +247,7 @@ func (db *DB) settleLoop() {
 		case <-t.C:
 		}
 		if err := db.settle(); err != nil && !errors.Is(err, errClosed) {
-			db.opts.Logger.Errorf("anchordb: settle: %v", err)
+			db.opts.Logger.Errorf("settle: %v", err)
 		}
 	}
 }

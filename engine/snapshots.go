@@ -577,7 +577,7 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.
 		_ = s.Close()
 	}
 	var n uint64
-	for p, err := range db.Merged(ctx, MergedOptions{Frontier: f, After: after}) {
+	for p, err := range db.merged(ctx, MergedOptions{Frontier: f, After: after}, skipTruncated) {
 		if err != nil {
 			_ = b.Close()
 			return n, segment.Hash{}, err

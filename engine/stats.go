@@ -95,14 +95,17 @@ func (db *DB) anchorIDs() ([]string, error) {
 
 // Stats describes the database.
 type Stats struct {
-	Dir             string `json:"dir"`
-	ID              string `json:"id"`
-	Durability      string `json:"durability"`
-	Anchors         uint64 `json:"anchors"`
-	Records         uint64 `json:"records"`
-	DamagedAnchors  uint64 `json:"damaged_anchors"`
-	SegmentFiles    uint64 `json:"segment_files"`
-	SegmentBytes    int64  `json:"segment_bytes"`
+	Dir            string `json:"dir"`
+	ID             string `json:"id"`
+	Durability     string `json:"durability"`
+	Anchors        uint64 `json:"anchors"`
+	Records        uint64 `json:"records"`
+	DamagedAnchors uint64 `json:"damaged_anchors"`
+	SegmentFiles   uint64 `json:"segment_files"`
+	SegmentBytes   int64  `json:"segment_bytes"`
+	// IndexBytes is the index's files on disk. Its rows reach them when a
+	// memtable is flushed (a settle, Close): on a database open and
+	// written to since, rows still in memory are not counted.
 	IndexBytes      uint64 `json:"index_bytes"`
 	InFlightRecords int    `json:"in_flight_records"`
 	InFlightBytes   int64  `json:"in_flight_bytes"`

@@ -110,6 +110,10 @@ type Finding struct {
 // Error returns the finding as one line.
 func (f Finding) Error() string { return f.Err().Error() }
 
+// Unwrap returns the finding as a coded *Error, so errors.As reads a
+// finding's code as any error's.
+func (f Finding) Unwrap() error { return f.Err() }
+
 // Err returns the finding as a coded *Error.
 func (f Finding) Err() *Error {
 	return (&errs.Error{Code: f.Code, Message: f.Message}).At(f.Anchor, f.Seq, f.File, f.Offset)
@@ -558,7 +562,7 @@ func (v *verifier) unknownDirectories() {
 				anchor = h.Anchor
 			}
 			v.report(Finding{Code: errs.CodeIndexMismatch, Anchor: anchor, File: segs[0].path,
-				Message: fmt.Sprintf("directory %s holds %d segment files of anchor %q, which the index does not know", dir, len(segs), anchor)})
+				Message: fmt.Sprintf("directory %s holds %s of anchor %q, which the index does not know", dir, plural(len(segs), "segment file"), anchor)})
 		}
 	}
 }
@@ -618,7 +622,7 @@ func (v *verifier) auditPastHead(head snapshot.AuditHead) error {
 		return err
 	}
 	v.report(Finding{Code: errs.CodeChainBroken, File: db.AuditPath(), Seq: n + 1, Message: fmt.Sprintf(
-		"audit log has %d lines past the %d the database wrote: lines it did not write vouch for nothing, and nothing more is appended after them", head.Lines-n, n)})
+		"audit log has %s past the %d the database wrote: lines it did not write vouch for nothing, and nothing more is appended after them", plural(head.Lines-n, "line"), n)})
 	return nil
 }
 

@@ -98,7 +98,7 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 	if c == nil {
 		if !v.restricted && !v.known[e.Anchor] {
 			v.report(Finding{Code: errs.CodeChainBroken, Anchor: e.Anchor, Seq: e.Size, File: file,
-				Message: fmt.Sprintf("the checkpoint lists anchor %q with %d records; the database does not have it", e.Anchor, e.Size)})
+				Message: fmt.Sprintf("the checkpoint lists anchor %q with %s; the database does not have it", e.Anchor, plural(e.Size, "record"))})
 		}
 		return
 	}

@@ -47,7 +47,7 @@ func TestVerifyHistoryFromPreStop18StubNeedsAFullRebuild(t *testing.T) {
 	if _, err := db.Put(ctx, "A", []byte("K"), []byte("y")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.truncateSegment(ctx, "B", 1); err != nil {
+	if _, _, err := db.truncateSegment(ctx, "B", 1); err != nil {
 		t.Fatal(err)
 	}
 	a, err := db.getAnchor("B", false)

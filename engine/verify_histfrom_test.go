@@ -113,7 +113,7 @@ func TestVerifyHistoryFromExtraVersion(t *testing.T) {
 			closer.Close()
 			continue // the state's version
 		}
-		ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Inline: true, Value: slices.Clone(rec.Value)}
+		ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time.UnixNano(), Hash: rec.Hash, Inline: true, Value: slices.Clone(rec.Value)}
 		setRow(t, db, k, ve.encode(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", rec.Seq, "supersedes")
 		return

@@ -38,7 +38,7 @@ func verifyFixture(t *testing.T) (*DB, map[string][]segment.Record) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			recs[a] = append(recs[a], r)
+			recs[a] = append(recs[a], *r.segment())
 		}
 	}
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {

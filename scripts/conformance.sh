@@ -4,7 +4,7 @@
 # owners); falls back to the copy vendored beside this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SECTIONS=${CONFORMANCE_SECTIONS:-"core verify merge admission"}
+SECTIONS=${CONFORMANCE_SECTIONS:-"core verify merge admission outbox"}
 script=../shared/conformance/cli.sh
 [ -f "$script" ] || script=scripts/conformance-cli.sh
 # shellcheck disable=SC2086

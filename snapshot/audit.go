@@ -102,6 +102,41 @@ func CheckpointItem(name string, note []byte) AuditItem {
 	return AuditItem{Kind: AuditKindCheckpoint, Name: name, Bytes: int64(len(note)), Hash: CheckpointFileHash(note)}
 }
 
+// AuditRetireSnapshot is the action of the line an operator's retirement of
+// a snapshot that fails its checks appends (engine.DB.RetireSnapshot): one
+// removed item of kind "snapshot", its note naming the finding and where
+// the file went (lost+found/). The log then no longer vouches for the
+// snapshot, as after delete_snapshot.
+const AuditRetireSnapshot = "retire_snapshot"
+
+// PresentFileHash is the file hash of the snapshot at path as its bytes
+// are now — derive-key(ContextFile) over every byte but the last 32 — for
+// the audit line retiring a file too damaged to say it itself. A file
+// shorter than 32 bytes hashes as a whole.
+func PresentFileHash(fs vfs.FS, path string) (segment.Hash, int64, error) {
+	f, err := fs.Open(path)
+	if err != nil {
+		return segment.Hash{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return segment.Hash{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", path)
+	}
+	n := st.Size()
+	body := n - segment.HashSize
+	if body < 0 {
+		body = n
+	}
+	h := blake3.NewDeriveKey(ContextFile)
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, body)); err != nil {
+		return segment.Hash{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
+	}
+	var out segment.Hash
+	copy(out[:], h.Sum(nil))
+	return out, n, nil
+}
+
 // CheckpointFileHash is the hash the audit log records of a stored
 // checkpoint file: plain BLAKE3-256 of its bytes, so that anyone can check
 // a note against the log with b3sum. A note is text that starts with its

@@ -184,7 +184,7 @@ func parseHeader(b []byte) (header, error) {
 	n := be.Uint32(b[54:])
 	body := b[headerFixed : len(b)-hashSize]
 	if uint64(n) > uint64(len(body))/(frontierFixed+1) {
-		return h, fmt.Errorf("frontier of %d anchors does not fit in %d bytes", n, len(body))
+		return h, fmt.Errorf("frontier of %s does not fit in %d bytes", plural(n, "anchor"), len(body))
 	}
 	h.anchors = make([]string, 0, n)
 	h.frontier = make(Frontier, n)

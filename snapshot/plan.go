@@ -57,6 +57,10 @@ type PlanInput struct {
 	// alone); the engine always passes one, empty when it holds no
 	// checkpoint.
 	Checkpointed map[string]uint64
+	// SegmentSize is the size at which the database seals an anchor's
+	// active segment, for the note that says why nothing is sealed yet; 0
+	// when unknown.
+	SegmentSize int64
 }
 
 // ActionKind names a step of a plan.
@@ -180,6 +184,9 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 		note("snapshot %s is the newest and stays until the new snapshot replaces it (a later run deletes it)", usable[len(usable)-1].Name)
 	}
 	kept := usable[len(usable)-keepExisting:]
+	if keepExisting == len(usable) && len(usable) > 0 {
+		note("delete_snapshot: none, %s kept within keep_snapshots=%d%s", plural(len(usable), "snapshot"), p.KeepSnapshots, createText(create))
+	}
 	for _, s := range usable[:len(usable)-keepExisting] {
 		plan.Actions = append(plan.Actions, Action{
 			Kind: ActionDeleteSnapshot, Snapshot: s.Name, Bytes: s.Size, Hash: s.FileHash,
@@ -197,6 +204,9 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 	}
 	switch {
 	case len(cuts) == 0:
+		if p.RawLog == RawLogTruncate {
+			whyNoCut(in, kept, create, note)
+		}
 	case p.RawLog == RawLogTruncate:
 		for _, c := range cuts {
 			plan.Actions = append(plan.Actions, Action{
@@ -224,6 +234,46 @@ func PlanCompaction(in PlanInput) (Plan, error) {
 		note("raw_log is %q: %d sealed segments (%d bytes) below the oldest kept snapshot stay", p.RawLog, n, bytes)
 	}
 	return plan, nil
+}
+
+// whyNoCut notes what holds back every truncation of a plan under raw_log
+// "truncate" that removes nothing: no sealed segment (the records are all in
+// the segments being written, which seal at the segment size), no snapshot
+// to cut below, or no sealed segment wholly below the oldest kept one.
+// (Segments a checkpoint does not cover yet have their own note.)
+func whyNoCut(in PlanInput, kept []Info, create bool, note func(string, ...any)) {
+	switch {
+	case len(in.Segments) == 0:
+		size := "the segment size"
+		if in.SegmentSize > 0 {
+			size = fmt.Sprintf("the segment size, %d bytes", in.SegmentSize)
+		}
+		note("truncation: no segment is sealed, and only a sealed segment is removed: every anchor's records are in the segment being written, which is sealed when it reaches %s (set with --segment-size on the commands that append, Options.SegmentSize in Go)", size)
+	case len(kept) == 0 && create:
+		note("truncation: no snapshot yet to remove segments below; this run creates one, and a later run removes the sealed segments wholly below it")
+	case len(kept) == 0:
+		note("truncation: no snapshot to remove segments below (a trigger must fire, or snapshot create)")
+	default:
+		below := false // a segment the checkpoint holds back, which its note names
+		for _, s := range in.Segments {
+			limit := kept[0].Frontier[s.Anchor].Seq
+			for _, k := range kept[1:] {
+				limit = min(limit, k.Frontier[s.Anchor].Seq)
+			}
+			below = below || s.LastSeq <= limit
+		}
+		if !below {
+			note("truncation: no sealed segment lies wholly below the oldest kept snapshot, %s", kept[0].Name)
+		}
+	}
+}
+
+// plural is "1 noun" or "n nouns".
+func plural[N ~int | ~int64 | ~uint64 | ~uint32](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func createText(create bool) string {
@@ -269,7 +319,7 @@ func triggers(p Policy, in PlanInput, usable []Info, plan *Plan) bool {
 	var fired, why []string
 	if n := p.Snapshot.EveryRecords; n > 0 && st.RecordsSinceSnapshot >= uint64(n) {
 		fired = append(fired, "every_records")
-		why = append(why, fmt.Sprintf("%d records since the newest snapshot (every_records=%d)", st.RecordsSinceSnapshot, n))
+		why = append(why, fmt.Sprintf("%s since the newest snapshot (every_records=%d)", plural(st.RecordsSinceSnapshot, "record"), n))
 	}
 	if n := p.Snapshot.EveryBytes; n > 0 && st.BytesSinceSnapshot >= uint64(n) {
 		fired = append(fired, "every_bytes")
@@ -288,8 +338,8 @@ func triggers(p Policy, in PlanInput, usable []Info, plan *Plan) bool {
 		if ageKnown {
 			ageText = age.Truncate(time.Second).String()
 		}
-		plan.Notes = append(plan.Notes, fmt.Sprintf("no snapshot trigger fired: %d records, %d bytes, age %s since the newest snapshot",
-			st.RecordsSinceSnapshot, st.BytesSinceSnapshot, ageText))
+		plan.Notes = append(plan.Notes, fmt.Sprintf("no snapshot trigger fired: %s, %d bytes, age %s since the newest snapshot",
+			plural(st.RecordsSinceSnapshot, "record"), st.BytesSinceSnapshot, ageText))
 		return false
 	}
 	plan.Actions = append(plan.Actions, Action{Kind: ActionCreateSnapshot, Trigger: fired[0], Reason: strings.Join(why, "; ")})
@@ -354,7 +404,7 @@ func planCuts(segs []SealedSegment, kept []Info, checkpointed map[string]uint64,
 					a, len(c.segments)-n, checkpointed[a])
 			}
 			c.segments = c.segments[:n]
-			c.signed = fmt.Sprintf(" and by the newest checkpoint this database stored (%d records)", checkpointed[a])
+			c.signed = fmt.Sprintf(" and by the newest checkpoint this database stored (%s)", plural(checkpointed[a], "record"))
 		}
 		if len(c.segments) == 0 {
 			continue

@@ -294,3 +294,48 @@ func TestPlanKeepsTheNewestFrontierWhenTheClockWentBack(t *testing.T) {
 		t.Fatalf("Compare orders %s, %s, %s", list[0].Name, list[1].Name, list[2].Name)
 	}
 }
+
+// A plan under raw_log "truncate" that removes nothing says what holds back
+// each kind of action: no segment sealed yet (with the segment size), no
+// snapshot yet (this run creates one, or none fires), no sealed segment
+// below the oldest kept snapshot; and a plan that deletes no snapshot says
+// how many are kept within keep_snapshots. It said "nothing to do" alone.
+func TestPlanSaysWhatHoldsEachActionBack(t *testing.T) {
+	trunc := policy(func(p *Policy) { p.RawLog = RawLogTruncate; p.KeepSnapshots = 2 })
+	s1 := snap("s1", time.Hour, map[string]uint64{"a": 50})
+	cases := []struct {
+		name string
+		in   PlanInput
+		want []string
+	}{
+		{"nothing sealed", PlanInput{Policy: trunc, Snapshots: []Info{s1}, SegmentSize: 64 << 20, Checkpointed: map[string]uint64{"a": 50}},
+			[]string{"no segment is sealed", "67108864 bytes", "--segment-size", "delete_snapshot: none, 1 snapshot kept within keep_snapshots=2"}},
+		{"no snapshot yet, one to be created", PlanInput{Policy: trunc, Stats: Stats{RecordsSinceSnapshot: 5000}, Segments: []SealedSegment{seg("a", 1, 1, 40)}},
+			[]string{"no snapshot yet", "this run creates one"}},
+		{"no snapshot, none due", PlanInput{Policy: trunc, Stats: Stats{RecordsSinceSnapshot: 5}, Segments: []SealedSegment{seg("a", 1, 1, 40)}},
+			[]string{"no snapshot to remove segments below"}},
+		{"sealed, but not below the snapshot", PlanInput{Policy: trunc, Snapshots: []Info{s1}, Segments: []SealedSegment{seg("a", 1, 1, 60)}, Checkpointed: map[string]uint64{"a": 60}},
+			[]string{"no sealed segment lies wholly below the oldest kept snapshot, s1"}},
+		{"below, but no checkpoint covers it", PlanInput{Policy: trunc, Snapshots: []Info{s1}, Segments: []SealedSegment{seg("a", 1, 1, 40)}, Checkpointed: map[string]uint64{}},
+			[]string{"until a signed checkpoint covers them"}},
+	}
+	for _, c := range cases {
+		c.in.Now = planNow
+		p, err := PlanCompaction(c.in)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(p.Actions) > 0 && p.Actions[0].Kind != ActionCreateSnapshot {
+			t.Fatalf("%s: the plan does something: %v", c.name, describeActions(p))
+		}
+		text := p.String()
+		for _, w := range c.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: the plan does not say %q:\n%s", c.name, w, text)
+			}
+		}
+		if strings.Contains(text, "no sealed segment lies wholly below") && c.name == "below, but no checkpoint covers it" {
+			t.Errorf("%s: a segment below the snapshot said not to be below it:\n%s", c.name, text)
+		}
+	}
+}

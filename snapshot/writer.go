@@ -106,7 +106,7 @@ func Create(fs vfs.FS, dir string, meta Meta, entries iter.Seq2[Entry, error]) (
 	slices.Sort(anchors)
 	hdr, hdrSum := appendHeader(nil, created, policyRef, anchors, meta.Frontier)
 	if len(hdr) > maxHeaderLength {
-		return Info{}, errs.New(errs.CodeInvalidInput, "snapshot frontier of %d anchors makes a %d-byte header (limit %d)", len(anchors), len(hdr), maxHeaderLength)
+		return Info{}, errs.New(errs.CodeInvalidInput, "snapshot frontier of %s makes a %d-byte header (limit %d)", plural(len(anchors), "anchor"), len(hdr), maxHeaderLength)
 	}
 
 	if err := mkdirAll(fs, dir); err != nil {

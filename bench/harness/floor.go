@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -31,7 +32,7 @@ import (
 // PeerSortMerge, PeerHashOnly and PeerZstdOnly do. It keeps no index, no
 // Merkle tree and no durable state, so anchordb's ratio to it is a lower
 // bound. It takes part in no other workload.
-func OpenFloor(dir string) (System, error) { return &floor{dir: dir}, nil }
+func OpenFloor(dir string, _ Setup) (System, error) { return &floor{dir: dir}, nil }
 
 type floor struct {
 	dir      string
@@ -47,8 +48,12 @@ type floor struct {
 
 func (f *floor) Name() string { return "floor" }
 
-// Workloads limits the floor to the passes it is the peer of.
-func (f *floor) Workloads() []string { return []string{"merge", "verify", "snapshot"} }
+func (f *floor) Configuration() string {
+	return "anchordb's records as plain frames, one file per anchor; merge: read, parse (hash checked), sort by (counter, anchor); verify: read, parse, check each link, anchors split over the threads; snapshot: the state's bytes through zstd alone"
+}
+
+// FloorWorkloads are the passes the floor is the peer of.
+var FloorWorkloads = []string{"merge", "verify", "snapshot"}
 
 func (f *floor) Put(context.Context, int, []byte, []byte) error {
 	return errors.New("floor: not an engine")
@@ -90,22 +95,30 @@ func (f *floor) PutBatch(_ context.Context, keys, values [][]byte) error {
 // hash checked) and whether it links to the one before.
 func (f *floor) each(fn func(r segment.Record, links bool)) error {
 	for a := 0; a < Anchors; a++ {
-		b, err := os.ReadFile(f.file(a))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
+		if err := f.eachOf(a, fn); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// eachOf is each for anchor a alone.
+func (f *floor) eachOf(a int, fn func(r segment.Record, links bool)) error {
+	b, err := os.ReadFile(f.file(a))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var prev segment.Hash
+	for len(b) > 0 {
+		r, n, err := segment.ParseFrame(anchorID(a), b)
 		if err != nil {
 			return err
 		}
-		var prev segment.Hash
-		for len(b) > 0 {
-			r, n, err := segment.ParseFrame(anchorID(a), b)
-			if err != nil {
-				return err
-			}
-			fn(r, r.PrevHash == prev)
-			prev, b = r.Hash, b[n:]
-		}
+		fn(r, r.PrevHash == prev)
+		prev, b = r.Hash, b[n:]
 	}
 	return nil
 }
@@ -124,18 +137,40 @@ func (f *floor) Merge(context.Context) (int, error) {
 	return len(all), nil
 }
 
-func (f *floor) Verify(context.Context) (int, error) {
-	n, broken := 0, 0
-	err := f.each(func(_ segment.Record, links bool) {
-		n++
-		if !links {
-			broken++
-		}
-	})
-	if err == nil && broken > 0 {
-		err = fmt.Errorf("floor: %d records do not link", broken)
+// Verify checks every anchor's frames (hash and link) with the anchors
+// split over threads goroutines, as anchordb's Verify splits them.
+func (f *floor) Verify(_ context.Context, threads int) (int, error) {
+	var n, broken atomic.Int64
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	errs := make([]error, Anchors)
+	for t := 0; t < max(1, threads); t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				a := int(next.Add(1) - 1)
+				if a >= Anchors {
+					return
+				}
+				var cn, cb int64
+				errs[a] = f.eachOf(a, func(_ segment.Record, links bool) {
+					cn++
+					if !links {
+						cb++
+					}
+				})
+				n.Add(cn)
+				broken.Add(cb)
+			}
+		}()
 	}
-	return n, err
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err == nil && broken.Load() > 0 {
+		err = fmt.Errorf("floor: %d records do not link", broken.Load())
+	}
+	return int(n.Load()), err
 }
 
 // Snapshot compresses, per key, its length-prefixed key and value and its

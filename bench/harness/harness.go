@@ -3,10 +3,19 @@
 // durability for each, and reports throughput, latency percentiles, bytes on
 // disk and peak heap as a table, JSON and SVG charts.
 //
-// The systems of the main module (anchordb, Pebble, a plain fdatasync'd
-// file) live in this package; engines that would grow anchordb's dependency
-// graph (Badger, immudb, Tessera) live in the nested module bench/peers,
-// whose peerbench command runs every system side by side.
+// A run goes over the workloads in order; each workload runs Rounds times,
+// and each round runs every system once, in the same order, each on a fresh
+// directory: engine and peers alternate, so a drift of the machine (the
+// disk's fsync latency moves by 2× within minutes on a shared VM) falls on
+// every system alike. The table gives each system's median over the rounds
+// and anchordb's ratio to it as the median of the per-round ratios, with
+// their spread, never a ratio of separately taken medians.
+//
+// The systems of the main module (anchordb, Pebble tuned as anchordb's index
+// and Pebble's defaults, a plain fdatasync'd file, the compute floor) live
+// in this package; engines that would grow anchordb's dependency graph
+// (Badger, immudb, Tessera) live in the nested module bench/peers, whose
+// peerbench command runs every system side by side.
 package harness
 
 import (
@@ -21,6 +30,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -34,6 +44,13 @@ type System interface {
 	Name() string
 	Put(ctx context.Context, writer int, key, value []byte) error
 	Close() error
+}
+
+// Configured is implemented by a system that states how it is configured
+// (one line, printed beside its results: the peers' settings matter as much
+// as their numbers).
+type Configured interface {
+	Configuration() string
 }
 
 // Batcher appends many records durably in one call.
@@ -67,10 +84,10 @@ type Merger interface {
 	Merge(ctx context.Context) (int, error)
 }
 
-// Verifier checks every record loaded (hash chains, proofs, index) and
-// returns how many it checked.
+// Verifier checks every record loaded (hash chains, proofs, index) with the
+// given number of threads and returns how many it checked.
 type Verifier interface {
-	Verify(ctx context.Context) (int, error)
+	Verify(ctx context.Context, threads int) (int, error)
 }
 
 // Snapshotter writes the current state (the newest value of every key) to a
@@ -79,13 +96,65 @@ type Snapshotter interface {
 	Snapshot(ctx context.Context) (int, error)
 }
 
+// Settler brings a system to rest: everything acknowledged written out of
+// memory (memtables flushed, logs settled) and no background flush or
+// compaction in progress. get-flushed reads after it; space measures after
+// it.
+type Settler interface {
+	Settle(ctx context.Context) error
+}
+
+// Quiescer brings a system to rest after a write workload, inside its
+// clock: equal work means the same records, each system until it is
+// quiescent. It is Settle for the systems whose Settle is cheap to time
+// (anchordb: Sync and the index's compactions done; Pebble: Flush and its
+// compactions done; immudb: its index caught up and flushed). A system
+// without it stops its clock at its last acknowledgement (the file floor
+// and Tessera, whose acknowledged writes are already all on disk; Badger,
+// which has no flush short of Close).
+type Quiescer interface {
+	Quiesce(ctx context.Context) error
+}
+
+// Compacter compacts everything the system holds as far as it can (a full
+// manual compaction of its LSM or tree), for the space workload.
+type Compacter interface {
+	Compact(ctx context.Context) error
+}
+
+// Visibler waits until every acknowledged write is visible to reads (for a
+// system whose acknowledgement comes before its index catches up and whose
+// reads do not wait for it). The read workloads call it after loading,
+// outside the clock.
+type Visibler interface {
+	WaitVisible(ctx context.Context) error
+}
+
+// Prover appends a record durably and then obtains what lets a client check
+// it against a signed commitment. It returns the time from the append's
+// acknowledgement to that point: the time to proof.
+type Prover interface {
+	Prove(ctx context.Context, key, value []byte) (time.Duration, error)
+}
+
 // HistoryVersions is how many versions each key of the history workload has.
 const HistoryVersions = 8
+
+// Setup is what a system is opened for: the workload, and how many records
+// it keeps in flight at once (its writers, or the records of one batch), for
+// a peer whose best configuration depends on it (Tessera's batch size).
+type Setup struct {
+	Workload string
+	InFlight int
+}
 
 // Opener makes a system in a fresh directory.
 type Opener struct {
 	Name string
-	Open func(dir string) (System, error)
+	Open func(dir string, s Setup) (System, error)
+	// Only, if set, lists the workloads the system takes part in; it is
+	// reported as skipped on the others without being opened.
+	Only []string
 }
 
 // Config sizes a run.
@@ -94,15 +163,39 @@ type Config struct {
 	ValueSize int
 	Count     int // records per workload and system
 	BatchSize int
-	// ReadPasses is how many times get and history go over every key (0
-	// counts as 1). A pass over 20,000 keys held in memory lasts about a
-	// tenth of a second, short enough for one scheduler hiccup to halve a
-	// result; several passes make the read ratios repeatable.
+	// ReadPasses is how many times get, get-flushed and history go over
+	// every key (0 counts as 1). A pass over 20,000 keys held in memory
+	// lasts about a tenth of a second, short enough for one scheduler
+	// hiccup to halve a result; several passes make the read ratios
+	// repeatable.
 	ReadPasses int
-	Dir        string // parent of the systems' directories ("" = a temp dir)
+	// VerifyThreads is the threads of the verify workload, the same on
+	// every system (0 counts as 1).
+	VerifyThreads int `json:"verify_threads"`
+	// ProofOps is how many appends the proof workload proves, one after
+	// the other (0 counts as DefaultProofOps).
+	ProofOps int `json:"proof_ops"`
+	// Rounds is how many times each workload runs on every system, the
+	// systems alternating within each round (0 counts as 1).
+	Rounds int    `json:"rounds"`
+	Dir    string // parent of the systems' directories ("" = a temp dir)
+	// Commit names the code measured (a git commit), for the results'
+	// header; it sizes nothing.
+	Commit string `json:"commit,omitempty"`
 }
 
-func (c Config) readPasses() int { return max(1, c.ReadPasses) }
+// DefaultProofOps is the proof workload's appends when Config.ProofOps is 0.
+const DefaultProofOps = 200
+
+func (c Config) readPasses() int    { return max(1, c.ReadPasses) }
+func (c Config) verifyThreads() int { return max(1, c.VerifyThreads) }
+func (c Config) rounds() int        { return max(1, c.Rounds) }
+func (c Config) proofOps() int {
+	if c.ProofOps == 0 {
+		return DefaultProofOps
+	}
+	return c.ProofOps
+}
 
 // Limits of a Config. They keep a run within what one machine can hold: the
 // harness makes every value in memory, holds a whole batch at once, the
@@ -118,6 +211,9 @@ const (
 	// MaxTotalBytes bounds Count × ValueSize: the floor and the page cache
 	// hold all of it.
 	MaxTotalBytes = 8 << 30
+	MaxThreads    = 256
+	MaxProofOps   = 1_000_000
+	MaxRounds     = 100
 )
 
 // MaxValueSize is the engine's value limit (segment.DefaultLimits, 16 MiB).
@@ -136,6 +232,9 @@ func (c Config) Validate() error {
 		{"count", c.Count, MaxCount, 1},
 		{"batch size", c.BatchSize, MaxBatchSize, 1},
 		{"read passes", c.ReadPasses, MaxReadPasses, 0},
+		{"verify threads", c.VerifyThreads, MaxThreads, 0},
+		{"proof operations", c.ProofOps, MaxProofOps, 0},
+		{"rounds", c.Rounds, MaxRounds, 0},
 	} {
 		if b.v < b.min || b.v > b.limit {
 			return errs.New(errs.CodeInvalidInput, "harness: %s %d is outside the limit %d..%d", b.what, b.v, b.min, b.limit)
@@ -160,24 +259,41 @@ func (c Config) Validate() error {
 const batchOverhead = 16 + engine.RecordOverhead
 
 // Workloads are the names Run understands, in report order.
-var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get", "history", "merge", "verify", "snapshot"}
+var Workloads = []string{"sync-append", "batch-sync", "nosync-append", "get", "get-flushed", "history",
+	"merge", "verify", "snapshot", "proof", "space"}
 
-// Result is one system on one workload.
+// singleOp lists the workloads whose measurement is one operation (a whole
+// pass): their latency percentiles are that one duration, and the charts
+// leave the latency panel out.
+var singleOp = []string{"merge", "verify", "snapshot", "space"}
+
+// Result is one system on one workload in one round.
 type Result struct {
 	Workload   string  `json:"workload"`
 	System     string  `json:"system"`
+	Round      int     `json:"round"`
+	Config     string  `json:"config,omitempty"` // the system's configuration, as it states it
 	Records    int     `json:"records"`
 	Seconds    float64 `json:"seconds"`
 	RecordsSec float64 `json:"records_per_sec"`
 	// Latency of one operation: a record; a batch for batch-sync; one key's
 	// whole history for history (whose records are versions read); the
+	// time from an append's acknowledgement to its proof for proof; the
 	// whole pass for merge, verify and snapshot (one operation each).
 	P50us      float64 `json:"p50_us"`
 	P99us      float64 `json:"p99_us"`
 	P999us     float64 `json:"p999_us"`
-	DiskBytes  int64   `json:"disk_bytes"`
+	DiskBytes  int64   `json:"disk_bytes"`   // allocated bytes under the system's directory after Close
 	PeakHeapMB float64 `json:"peak_heap_mb"` // sampled runtime HeapInuse during the run
-	Skipped    string  `json:"skipped,omitempty"`
+	// The space workload: allocated bytes after Settle and after Compact
+	// (and Close), the files' sizes after Compact (what they hold, without
+	// space a system preallocated), and the records' logical bytes (keys
+	// and values).
+	SettledBytes       int64  `json:"settled_bytes,omitempty"`
+	CompactedBytes     int64  `json:"compacted_bytes,omitempty"`
+	CompactedFileBytes int64  `json:"compacted_file_bytes,omitempty"`
+	LogicalBytes       int64  `json:"logical_bytes,omitempty"`
+	Skipped            string `json:"skipped,omitempty"`
 }
 
 // Key and value of record i: 16-byte keys in random order (the SplitMix64
@@ -209,8 +325,9 @@ func Value(i uint64, n int) []byte {
 	return v
 }
 
-// Run runs each workload against each system, each in a fresh directory.
-// A system that lacks a workload's capability is reported as skipped.
+// Run runs each workload against each system, each in a fresh directory,
+// Rounds times over with the systems alternating. A system that lacks a
+// workload's capability is reported as skipped (in the first round only).
 func Run(ctx context.Context, cfg Config, openers []Opener, workloads []string, progress func(Result)) ([]Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -233,38 +350,65 @@ func Run(ctx context.Context, cfg Config, openers []Opener, workloads []string, 
 	}
 	var out []Result
 	for _, w := range workloads {
-		for _, o := range openers {
-			if err := ctx.Err(); err != nil {
-				return out, err
-			}
-			dir := filepath.Join(root, w+"-"+o.Name)
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return out, err
-			}
-			r, err := runOne(ctx, cfg, o, w, dir)
-			if err != nil {
-				return out, fmt.Errorf("%s on %s: %w", w, o.Name, err)
-			}
-			r.DiskBytes = du(dir)
-			_ = os.RemoveAll(dir)
-			out = append(out, r)
-			if progress != nil {
-				progress(r)
+		skipped := map[string]bool{}
+		for round := 1; round <= cfg.rounds(); round++ {
+			for _, o := range openers {
+				if err := ctx.Err(); err != nil {
+					return out, err
+				}
+				if skipped[o.Name] {
+					continue
+				}
+				dir := filepath.Join(root, w+"-"+o.Name)
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return out, err
+				}
+				r, err := runOne(ctx, cfg, o, w, dir)
+				r.Round = round
+				if err != nil {
+					_ = os.RemoveAll(dir)
+					return out, fmt.Errorf("%s on %s: %w", w, o.Name, err)
+				}
+				r.DiskBytes = du(dir)
+				if err := os.RemoveAll(dir); err != nil {
+					return out, err
+				}
+				if r.Skipped != "" {
+					skipped[o.Name] = true
+				}
+				out = append(out, r)
+				if progress != nil {
+					progress(r)
+				}
 			}
 		}
 	}
 	return out, nil
 }
 
+// inFlight is how many records w keeps in flight at once.
+func inFlight(cfg Config, w string) int {
+	switch w {
+	case "sync-append":
+		return cfg.Writers
+	case "nosync-append", "proof":
+		return 1
+	}
+	return cfg.BatchSize // the batch workloads, and the loads of the others
+}
+
 func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, error) {
 	res := Result{Workload: w, System: o.Name}
-	sys, err := o.Open(dir)
+	if o.Only != nil && !slices.Contains(o.Only, w) {
+		res.Skipped = "not a peer for this workload"
+		return res, nil
+	}
+	sys, err := o.Open(dir, Setup{Workload: w, InFlight: inFlight(cfg, w)})
 	if err != nil {
 		return res, err
 	}
-	if l, ok := sys.(interface{ Workloads() []string }); ok && !slices.Contains(l.Workloads(), w) {
-		res.Skipped = "not a peer for this workload"
-		return res, sys.Close()
+	if c, ok := sys.(Configured); ok {
+		res.Config = c.Configuration()
 	}
 	closed := false
 	defer func() {
@@ -272,38 +416,47 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 			_ = sys.Close()
 		}
 	}()
+	skip := func(why string) (Result, error) {
+		res.Skipped = why
+		return res, nil
+	}
 	var lat []time.Duration
 	var elapsed time.Duration
 	var peak float64
+	// atRest ends a write workload's clock: the system quiescent.
+	atRest := func(lat []time.Duration, err error) ([]time.Duration, error) {
+		if q, ok := sys.(Quiescer); ok && err == nil {
+			err = q.Quiesce(ctx)
+		}
+		return lat, err
+	}
 	switch w {
 	case "sync-append":
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
-			return parallel(ctx, cfg.Writers, cfg.Count, func(wr int, i uint64) error {
+			return atRest(parallel(ctx, cfg.Writers, cfg.Count, func(wr int, i uint64) error {
 				return sys.Put(ctx, wr, Key(i), Value(i, cfg.ValueSize))
-			})
+			}))
 		})
 		res.Records = cfg.Count
 	case "nosync-append":
 		ns, ok := sys.(NoSyncer)
 		if !ok {
-			res.Skipped = "no non-durable append"
-			return res, nil
+			return skip("no non-durable append")
 		}
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
-			return parallel(ctx, 1, cfg.Count, func(wr int, i uint64) error {
+			return atRest(parallel(ctx, 1, cfg.Count, func(wr int, i uint64) error {
 				return ns.PutNoSync(ctx, wr, Key(i), Value(i, cfg.ValueSize))
-			})
+			}))
 		})
 		res.Records = cfg.Count
 	case "batch-sync":
 		bt, ok := sys.(Batcher)
 		if !ok {
-			res.Skipped = "no batch append"
-			return res, nil
+			return skip("no batch append")
 		}
 		batches := max(1, cfg.Count/cfg.BatchSize)
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
-			return parallel(ctx, 1, batches, func(_ int, b uint64) error {
+			return atRest(parallel(ctx, 1, batches, func(_ int, b uint64) error {
 				keys := make([][]byte, cfg.BatchSize)
 				vals := make([][]byte, cfg.BatchSize)
 				for j := range keys {
@@ -311,18 +464,26 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 					keys[j], vals[j] = Key(i), Value(i, cfg.ValueSize)
 				}
 				return bt.PutBatch(ctx, keys, vals)
-			})
+			}))
 		})
 		res.Records = batches * cfg.BatchSize
-	case "get":
+	case "get", "get-flushed":
 		g, ok := sys.(Getter)
 		bt, okb := sys.(Batcher)
 		if !ok || !okb {
-			res.Skipped = "no point reads"
-			return res, nil
+			return skip("no point reads")
 		}
-		if err := load(ctx, bt, cfg); err != nil {
+		st, oks := sys.(Settler)
+		if w == "get-flushed" && !oks {
+			return skip("no flush")
+		}
+		if err := load(ctx, sys, bt, cfg); err != nil {
 			return res, fmt.Errorf("load: %w", err)
+		}
+		if w == "get-flushed" {
+			if err := st.Settle(ctx); err != nil {
+				return res, fmt.Errorf("settle: %w", err)
+			}
 		}
 		reads := cfg.Count * cfg.readPasses()
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
@@ -342,12 +503,16 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 	case "history":
 		h, ok := sys.(Historian)
 		if !ok {
-			res.Skipped = "no versions kept"
-			return res, nil
+			return skip("no versions kept")
 		}
 		keys := max(1, cfg.Count/HistoryVersions)
 		if err := loadVersions(ctx, h, keys, cfg); err != nil {
 			return res, fmt.Errorf("load: %w", err)
+		}
+		if v, ok := sys.(Visibler); ok {
+			if err := v.WaitVisible(ctx); err != nil {
+				return res, fmt.Errorf("load: %w", err)
+			}
 		}
 		var versions atomic.Int64
 		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
@@ -366,13 +531,12 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 		})
 		res.Records = int(versions.Load())
 	case "merge", "verify", "snapshot":
-		pass, ok := wholePass(sys, w)
+		pass, ok := wholePass(sys, w, cfg)
 		bt, okb := sys.(Batcher)
 		if !ok || !okb {
-			res.Skipped = "no " + w
-			return res, nil
+			return skip("no " + w)
 		}
-		if err := load(ctx, bt, cfg); err != nil {
+		if err := load(ctx, sys, bt, cfg); err != nil {
 			return res, fmt.Errorf("load: %w", err)
 		}
 		var n int
@@ -388,6 +552,63 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 			err = fmt.Errorf("%s covered %d records, want %d", w, n, cfg.Count)
 		}
 		res.Records = n
+	case "proof":
+		p, ok := sys.(Prover)
+		if !ok {
+			return skip("no proofs")
+		}
+		// The log holds ProofBase records first (fewer if Count is
+		// smaller), loaded in batches where the system takes them, so a
+		// proof is not one of an empty tree. (A proof's cost grows with
+		// the logarithm of the tree; Tessera, configured for one entry in
+		// flight, loads one entry a batch.)
+		base := min(cfg.Count, ProofBase)
+		if bt, ok := sys.(Batcher); ok {
+			if err := loadN(ctx, sys, bt, cfg, base); err != nil {
+				return res, fmt.Errorf("load: %w", err)
+			}
+		}
+		ops := cfg.proofOps()
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			lat := make([]time.Duration, ops)
+			for i := range lat {
+				j := uint64(base + i)
+				d, err := p.Prove(ctx, Key(j), Value(j, cfg.ValueSize))
+				if err != nil {
+					return lat, fmt.Errorf("proof %d: %w", i, err)
+				}
+				lat[i] = d
+			}
+			return lat, nil
+		})
+		res.Records = ops
+	case "space":
+		bt, okb := sys.(Batcher)
+		st, oks := sys.(Settler)
+		if !okb || !oks {
+			return skip("no batch append or no settle")
+		}
+		lat, elapsed, peak, err = measure(func() ([]time.Duration, error) {
+			start := time.Now()
+			if err := load(ctx, sys, bt, cfg); err != nil {
+				return nil, fmt.Errorf("load: %w", err)
+			}
+			if err := st.Settle(ctx); err != nil {
+				return nil, fmt.Errorf("settle: %w", err)
+			}
+			return []time.Duration{time.Since(start)}, nil
+		})
+		if err != nil {
+			return res, err
+		}
+		res.Records = cfg.Count
+		res.LogicalBytes = int64(cfg.Count) * int64(16+cfg.ValueSize)
+		res.SettledBytes = du(dir)
+		if c, ok := sys.(Compacter); ok {
+			if err := c.Compact(ctx); err != nil {
+				return res, fmt.Errorf("compact: %w", err)
+			}
+		}
 	}
 	if err != nil {
 		return res, err
@@ -396,6 +617,10 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 	if err := sys.Close(); err != nil {
 		return res, fmt.Errorf("close: %w", err)
 	}
+	if w == "space" {
+		res.CompactedBytes = du(dir)
+		res.CompactedFileBytes = fileBytes(dir)
+	}
 	res.Seconds = elapsed.Seconds()
 	res.RecordsSec = float64(res.Records) / res.Seconds
 	res.P50us, res.P99us, res.P999us = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999)
@@ -403,11 +628,27 @@ func runOne(ctx context.Context, cfg Config, o Opener, w, dir string) (Result, e
 	return res, nil
 }
 
-// load appends records 0 … cfg.Count-1 in batches of cfg.BatchSize.
-func load(ctx context.Context, bt Batcher, cfg Config) error {
-	return inBatches(ctx, cfg.Count, cfg.BatchSize, func(i int) ([]byte, []byte) {
+// ProofBase is how many records the proof workload loads before it proves.
+const ProofBase = 1000
+
+// load appends records 0 … cfg.Count-1 in batches of cfg.BatchSize, then
+// waits until they are visible to reads where the system needs that.
+func load(ctx context.Context, sys System, bt Batcher, cfg Config) error {
+	return loadN(ctx, sys, bt, cfg, cfg.Count)
+}
+
+// loadN is load of records 0 … n-1.
+func loadN(ctx context.Context, sys System, bt Batcher, cfg Config, n int) error {
+	err := inBatches(ctx, n, cfg.BatchSize, func(i int) ([]byte, []byte) {
 		return Key(uint64(i)), Value(uint64(i), cfg.ValueSize)
 	}, bt.PutBatch)
+	if err != nil {
+		return err
+	}
+	if v, ok := sys.(Visibler); ok {
+		return v.WaitVisible(ctx)
+	}
+	return nil
 }
 
 // loadVersions gives keys 0 … keys-1 HistoryVersions versions each: one
@@ -441,7 +682,7 @@ func inBatches(ctx context.Context, n, size int, kv func(i int) (key, value []by
 }
 
 // wholePass returns the operation of a merge, verify or snapshot workload.
-func wholePass(sys System, w string) (func(context.Context) (int, error), bool) {
+func wholePass(sys System, w string, cfg Config) (func(context.Context) (int, error), bool) {
 	switch w {
 	case "merge":
 		m, ok := sys.(Merger)
@@ -451,7 +692,7 @@ func wholePass(sys System, w string) (func(context.Context) (int, error), bool) 
 	case "verify":
 		v, ok := sys.(Verifier)
 		if ok {
-			return v.Verify, true
+			return func(ctx context.Context) (int, error) { return v.Verify(ctx, cfg.verifyThreads()) }, true
 		}
 	case "snapshot":
 		s, ok := sys.(Snapshotter)
@@ -527,6 +768,7 @@ func parallel(ctx context.Context, writers, n int, op func(writer int, i uint64)
 	return lat, firstErr
 }
 
+// pct is the q-quantile of lat in µs (the nearest rank at or below).
 func pct(lat []time.Duration, q float64) float64 {
 	if len(lat) == 0 {
 		return 0
@@ -537,13 +779,33 @@ func pct(lat []time.Duration, q float64) float64 {
 	return float64(s[i].Nanoseconds()) / 1e3
 }
 
-// du is the bytes of every file under dir.
-func du(dir string) int64 {
+// fileBytes is the sum of the sizes of every file under dir.
+func fileBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if info, err := d.Info(); err == nil {
 				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// du is the bytes allocated to every file under dir (what `du` counts:
+// blocks, so a preallocated file counts what it holds and a sparse one
+// does not), or the files' sizes where the filesystem does not say.
+func du(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				if st, ok := info.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512
+				} else {
+					n += info.Size()
+				}
 			}
 		}
 		return nil

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -9,8 +10,10 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/anchordb/anchordb/engine"
+	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/sys/unix"
@@ -22,17 +25,18 @@ const Anchors = 16
 
 // OpenAnchorDB opens anchordb with its defaults: sync appends are durable
 // in the group-committed journal on return; NoSync appends have reached the
-// OS.
-func OpenAnchorDB(dir string) (System, error) {
-	db, err := engine.Open(filepath.Join(dir, "db"), engine.Options{})
-	if err != nil {
+// OS. The only addition is a listener on the index's Pebble events
+// (through Options.PebbleOptions), so Settle can wait out the index's
+// compactions as it does a Pebble peer's.
+func OpenAnchorDB(dir string, _ Setup) (System, error) {
+	a := &anchorDB{dir: filepath.Join(dir, "db"), ids: make([]string, Anchors)}
+	for i := range a.ids {
+		a.ids[i] = anchorID(i)
+	}
+	if err := a.open(); err != nil {
 		return nil, err
 	}
-	ids := make([]string, Anchors)
-	for i := range ids {
-		ids[i] = anchorID(i)
-	}
-	return &anchorDB{db: db, ids: ids}, nil
+	return a, nil
 }
 
 // anchorIndex is the anchor (of Anchors) a key's record goes to: the key's
@@ -43,13 +47,29 @@ func anchorIndex(key []byte) int { return int(binary.BigEndian.Uint64(key[8:]) %
 func anchorID(i int) string { return fmt.Sprintf("anchor-%02d", i) }
 
 type anchorDB struct {
-	db  *engine.DB
-	ids []string
-	n   uint64
-	mu  sync.Mutex
+	dir   string
+	db    *engine.DB
+	ids   []string
+	watch *LSMWatch
+	// The proof workload's keys, made on first use.
+	signer, verifier string
+}
+
+func (a *anchorDB) open() error {
+	a.watch = &LSMWatch{}
+	db, err := engine.Open(a.dir, engine.Options{PebbleOptions: a.watch.Install})
+	if err != nil {
+		return err
+	}
+	a.db = db
+	return nil
 }
 
 func (a *anchorDB) Name() string { return "anchordb" }
+
+func (a *anchorDB) Configuration() string {
+	return fmt.Sprintf("default options; %d anchors (record i to anchor i mod %d); Put acknowledged after the journal fdatasync of its commit group; NoSync once written to the OS", Anchors, Anchors)
+}
 
 func (a *anchorDB) anchor(key []byte) string {
 	return a.ids[anchorIndex(key)]
@@ -112,9 +132,10 @@ func (a *anchorDB) Merge(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// Verify runs a full verification (every chain, tree, stub and index row).
-func (a *anchorDB) Verify(ctx context.Context) (int, error) {
-	rep, err := a.db.Verify(ctx, engine.VerifyOptions{})
+// Verify runs a full verification (every chain, tree, stub and index row)
+// with the given threads.
+func (a *anchorDB) Verify(ctx context.Context, threads int) (int, error) {
+	rep, err := a.db.Verify(ctx, engine.VerifyOptions{Threads: threads})
 	if err != nil {
 		return int(rep.Records), err
 	}
@@ -135,25 +156,149 @@ func (a *anchorDB) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v.Value, err
 }
 
-func (a *anchorDB) Close() error { return a.db.Close() }
+// Settle is Sync (segments fsynced, the index flushed, the journal
+// trimmed), then a wait until the index has no flush or compaction in
+// progress.
+func (a *anchorDB) Settle(ctx context.Context) error {
+	if err := a.db.Sync(ctx); err != nil {
+		return err
+	}
+	return a.watch.Quiesce(ctx)
+}
 
-// OpenPebble opens Pebble v2 with default options; Put commits with
-// pebble.Sync (its WAL group-commits concurrent writers), PutNoSync with
-// pebble.NoSync.
-func OpenPebble(dir string) (System, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+// Quiesce is Settle.
+func (a *anchorDB) Quiesce(ctx context.Context) error { return a.Settle(ctx) }
+
+// Compact closes the database, compacts its whole index (a manual Pebble
+// compaction of the closed index, with the index's own options) and opens
+// the database again. The segments are the log and are never rewritten;
+// the journal is empty after a close.
+func (a *anchorDB) Compact(ctx context.Context) error {
+	if err := a.db.Close(); err != nil {
+		return err
+	}
+	a.db = nil
+	o := IndexPebbleOptions()
+	o.DisableWAL = true // the index has no WAL: the journal is its log
+	if err := CompactPebbleDir(ctx, filepath.Join(a.dir, engine.IndexDir), o); err != nil {
+		return err
+	}
+	return a.open()
+}
+
+// Prove appends the record, then signs a checkpoint on demand and proves
+// the record's inclusion against it (ProveAppend): the time to proof.
+func (a *anchorDB) Prove(ctx context.Context, key, value []byte) (time.Duration, error) {
+	if a.signer == "" {
+		var err error
+		if a.signer, a.verifier, err = proof.GenerateKeys("bench"); err != nil {
+			return 0, err
+		}
+	}
+	anchor := a.anchor(key)
+	r, err := a.db.Put(ctx, anchor, key, value)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := ProveAppend(ctx, a.db, a.signer, a.verifier, anchor, r.Seq); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func (a *anchorDB) Close() error {
+	if a.db == nil {
+		return nil
+	}
+	return a.db.Close()
+}
+
+// ProveAppend is what a client needs after an append of seq to anchor
+// returned: a signed checkpoint covering it, made on demand
+// (CreateCheckpoint: signed and stored durably), and an inclusion proof of
+// the record against that checkpoint's root for the anchor. It also checks
+// both as the client would: the note's signature with the verifier key,
+// the anchor's size in it, and the proof against the signed root.
+func ProveAppend(ctx context.Context, db *engine.DB, signerKey, verifierKey, anchor string, seq uint64) error {
+	note, _, err := db.CreateCheckpoint(ctx, signerKey)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	cp, err := proof.OpenCheckpoint(note, verifierKey)
+	if err != nil {
+		return fmt.Errorf("open checkpoint: %w", err)
+	}
+	e, ok := cp.Entry(anchor)
+	if !ok || e.Size < seq {
+		return fmt.Errorf("the checkpoint does not cover %s #%d (size %d)", anchor, seq, e.Size)
+	}
+	p, err := db.ProveInclusion(ctx, anchor, seq, e.Size)
+	if err != nil {
+		return fmt.Errorf("prove: %w", err)
+	}
+	if err := proof.VerifyInclusionProof(p); err != nil {
+		return err
+	}
+	if p.Root != e.Root {
+		return fmt.Errorf("the proof's root is not the checkpoint's for %s", anchor)
+	}
+	return nil
+}
+
+// CompactPebbleDir opens the closed Pebble store in dir with o, compacts
+// its whole key space and closes it.
+func CompactPebbleDir(ctx context.Context, dir string, o *pebble.Options) error {
+	db, err := pebble.Open(dir, o)
+	if err != nil {
+		return err
+	}
+	err = compactAll(ctx, db)
+	return errors.Join(err, db.Close())
+}
+
+// compactAll compacts every key the harness writes (keys of up to 24 bytes,
+// the history workload's included; anchordb's index rows start with a
+// one-byte tag).
+func compactAll(ctx context.Context, db *pebble.DB) error {
+	return db.Compact(ctx, []byte{0}, bytes.Repeat([]byte{0xFF}, 64), true)
+}
+
+// OpenPebble opens Pebble v2 with the options of anchordb's index
+// (IndexPebbleOptions); Put commits with pebble.Sync (its WAL
+// group-commits concurrent writers), PutNoSync with pebble.NoSync.
+func OpenPebble(dir string, _ Setup) (System, error) {
+	return openPebble(dir, "pebble", IndexPebbleOptions(),
+		"Pebble v2.1.7 with anchordb's index options (64 MiB memtables and block cache, L0 compaction at 4 files and stop at 24, FormatNewest) and its WAL; Set with pebble.Sync, a batch Commit(pebble.Sync); NoSync: pebble.NoSync")
+}
+
+// OpenPebbleDefault opens Pebble v2 with its default options (a quiet
+// logger aside): the second Pebble row.
+func OpenPebbleDefault(dir string, _ Setup) (System, error) {
+	return openPebble(dir, "pebble-default", DefaultPebbleOptions(),
+		"Pebble v2.1.7 with its default options (4 MiB memtables, 8 MiB block cache); Set with pebble.Sync, a batch Commit(pebble.Sync); NoSync: pebble.NoSync")
+}
+
+func openPebble(dir, name string, o *pebble.Options, config string) (System, error) {
+	p := &pebbleDB{name: name, config: config, watch: &LSMWatch{}}
+	p.watch.Install(o)
+	db, err := pebble.Open(dir, o)
 	if err != nil {
 		return nil, err
 	}
-	return &pebbleDB{db: db}, nil
+	p.db = db
+	return p, nil
 }
 
 type pebbleDB struct {
-	db      *pebble.DB
-	version atomic.Uint64 // of PutVersions
+	name, config string
+	db           *pebble.DB
+	watch        *LSMWatch
+	version      atomic.Uint64 // of PutVersions
 }
 
-func (p *pebbleDB) Name() string { return "pebble" }
+func (p *pebbleDB) Name() string          { return p.name }
+func (p *pebbleDB) Configuration() string { return p.config }
 func (p *pebbleDB) Put(_ context.Context, _ int, key, value []byte) error {
 	return p.db.Set(key, value, pebble.Sync)
 }
@@ -203,6 +348,27 @@ func (p *pebbleDB) Get(_ context.Context, key []byte) ([]byte, error) {
 	out := append([]byte(nil), v...)
 	return out, closer.Close()
 }
+
+// Settle flushes the memtables and waits until no flush or compaction is
+// in progress.
+func (p *pebbleDB) Settle(ctx context.Context) error {
+	if err := p.db.Flush(); err != nil {
+		return err
+	}
+	return p.watch.Quiesce(ctx)
+}
+
+// Quiesce is Settle.
+func (p *pebbleDB) Quiesce(ctx context.Context) error { return p.Settle(ctx) }
+
+// Compact compacts the whole key space.
+func (p *pebbleDB) Compact(ctx context.Context) error {
+	if err := compactAll(ctx, p.db); err != nil {
+		return err
+	}
+	return p.watch.Quiesce(ctx)
+}
+
 func (p *pebbleDB) Close() error { return p.db.Close() }
 
 type quietLogger struct{}
@@ -221,8 +387,9 @@ func (quietLogger) Fatalf(format string, args ...any) {
 // journal does the same, in smaller steps (docs/DESIGN.md §1). Concurrent
 // writers share syncs (a writer whose bytes a sync already covered does not
 // sync again), as a group commit would; nothing is indexed, hashed or
-// readable by key.
-func OpenFile(dir string) (System, error) {
+// readable by key. Its "proof" is one write and fdatasync: the disk's own
+// time, the reference of the proof workload.
+func OpenFile(dir string, _ Setup) (System, error) {
 	f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
@@ -236,7 +403,9 @@ func OpenFile(dir string) (System, error) {
 	return p, nil
 }
 
-const fileChunk = 64 << 20
+// fileChunk is the file floor's preallocation step (a variable so the
+// package's tests, which open the floor many times, write less).
+var fileChunk int64 = 64 << 20
 
 type plainFile struct {
 	mu    sync.Mutex // serialises writes
@@ -255,6 +424,10 @@ type plainFile struct {
 }
 
 func (p *plainFile) Name() string { return "file+fdatasync" }
+
+func (p *plainFile) Configuration() string {
+	return "one file, preallocated with written zeros in 64 MiB steps; pwrite, then a group-committed fdatasync (one in flight, every writer it covered woken at once)"
+}
 
 func (p *plainFile) write(keys, values [][]byte) (int64, error) {
 	p.mu.Lock()
@@ -341,9 +514,19 @@ func (p *plainFile) PutBatch(_ context.Context, keys, values [][]byte) error {
 	return p.sync(end)
 }
 
+// Prove times one write and fdatasync of the record.
+func (p *plainFile) Prove(ctx context.Context, key, value []byte) (time.Duration, error) {
+	start := time.Now()
+	err := p.Put(ctx, 0, key, value)
+	return time.Since(start), err
+}
+
 func (p *plainFile) Close() error { return p.f.Close() }
 
 // MainOpeners are the systems of the main module.
 func MainOpeners() []Opener {
-	return []Opener{{"anchordb", OpenAnchorDB}, {"pebble", OpenPebble}, {"file+fdatasync", OpenFile}, {"floor", OpenFloor}}
+	return []Opener{{Name: "anchordb", Open: OpenAnchorDB}, {Name: "pebble", Open: OpenPebble},
+		{Name: "pebble-default", Open: OpenPebbleDefault},
+		{Name: "file+fdatasync", Open: OpenFile, Only: []string{"sync-append", "batch-sync", "nosync-append", "proof"}},
+		{Name: "floor", Open: OpenFloor, Only: FloorWorkloads}}
 }

@@ -102,8 +102,8 @@ func checkpointVerify(e *env, noteFile, pubFile string) error {
 		return nil
 	}
 	if !e.g.quiet {
-		e.out.linef("checkpoint verified: %s, %d anchors, %d records, root %s, time %s",
-			cp.Origin, cp.Anchors, cp.Records, cp.Root, cp.Time.Format(time.RFC3339Nano))
+		e.out.linef("checkpoint verified: %s, %s, %s, root %s, time %s",
+			cp.Origin, plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, cp.Time.Format(time.RFC3339Nano))
 	}
 	return nil
 }

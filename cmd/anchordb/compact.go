@@ -23,7 +23,11 @@ raw_log "truncate" record_cut and remove_segment for sealed segments wholly belo
 oldest kept snapshot and covered by the newest checkpoint the database stored itself,
 as its audit log records (SPEC §6: the cut lies in a signed tree; sign one with
 checkpoint create) — with the snapshots kept and notes on what is left alone, among them
-any other file in checkpoints/. With
+any other file in checkpoints/. A plan that does nothing of a kind says what holds it
+back: no trigger fired, the snapshots are within keep_snapshots, and for truncation no
+segment sealed yet (an anchor's segment is sealed when it reaches the segment size, 64 MiB
+unless the commands that append were given --segment-size), no snapshot yet to cut below,
+none wholly below the oldest kept one, or no checkpoint covering them. With
 --json the plan: {"policy_ref","now","actions":[{"action",…,"reason"}],"keep","notes"}.
 
 --apply carries the plan out: nothing is deleted before what replaces it is durable and
@@ -31,7 +35,8 @@ any other file in checkpoints/. With
 removed again and the run stops with STATE_003 (exit 1), or INT_003 when its replay gives
 another state — and every action is appended to the audit log in
 the database directory first. Prints the plan and what was done; with --json
-{"applied":true,"plan":{…},"created":{snapshot}|null,"removed_bytes":N}.
+{"applied":true,"plan":{…},"created":{snapshot}|null,"removed_bytes":N,"stub_bytes":S,"net_bytes":N-S}:
+the segments removed, the stubs written in their place, and what that freed.
 Progress is drawn on stderr when it is a terminal.`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
@@ -91,6 +96,8 @@ type compactAppliedJSON struct {
 	Plan         snapshot.Plan     `json:"plan"`
 	Created      *snapshotInfoJSON `json:"created"`
 	RemovedBytes int64             `json:"removed_bytes"`
+	StubBytes    int64             `json:"stub_bytes"`
+	NetBytes     int64             `json:"net_bytes"`
 }
 
 func printCompaction(e *env, res engine.CompactionResult) {
@@ -99,7 +106,7 @@ func printCompaction(e *env, res engine.CompactionResult) {
 			e.out.json(res.Plan)
 			return
 		}
-		out := compactAppliedJSON{Applied: true, Plan: res.Plan, RemovedBytes: res.RemovedBytes}
+		out := compactAppliedJSON{Applied: true, Plan: res.Plan, RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes, NetBytes: res.NetBytes()}
 		if res.Created != nil {
 			c := snapshotInfoJSON(*res.Created)
 			out.Created = &c
@@ -136,6 +143,7 @@ func printCompaction(e *env, res engine.CompactionResult) {
 	if res.Created != nil {
 		created = "created " + res.Created.Name
 	}
-	e.out.linef("applied %d actions: %s, %d snapshots deleted, %d cuts recorded, %d segments removed (%s)",
-		len(res.Plan.Actions), created, deleted, cuts, removed, humanBytes(res.RemovedBytes))
+	e.out.linef("applied %s: %s, %s deleted, %s recorded, %s removed (%s; stubs of %s written in their place: %s)",
+		plural(len(res.Plan.Actions), "action"), created, plural(deleted, "snapshot"), plural(cuts, "cut"), plural(removed, "segment"),
+		humanBytes(res.RemovedBytes), humanBytes(res.StubBytes), netText(res.NetBytes()))
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/segment"
@@ -85,7 +86,7 @@ func TestFormatTime(t *testing.T) {
 		1769860800000000001: "2026-01-31T12:00:00.000000001Z",
 		1769860800500000000: "2026-01-31T12:00:00.500000000Z",
 	} {
-		if got := formatTime(ns); got != want {
+		if got := formatTime(time.Unix(0, ns)); got != want {
 			t.Errorf("formatTime(%d) = %s, want %s", ns, got, want)
 		}
 	}
@@ -122,6 +123,16 @@ func TestDemo(t *testing.T) {
 	checks := m["checks"].([]any)
 	if len(checks) < 8 {
 		t.Fatalf("checks: %v", checks)
+	}
+	// The sizes are real: the index as Close leaves it (it read 4.6 KiB, the
+	// files of a running index whose rows were in memtables), and what the
+	// compactions freed net of the stubs they wrote.
+	if idx := num(t, m, "index_bytes"); idx < 60*240 {
+		t.Errorf("index_bytes %d for 240 records: less than their record rows alone", idx)
+	}
+	removed, stubs, net := num(t, m, "removed_bytes"), num(t, m, "stub_bytes"), num(t, m, "net_bytes")
+	if removed == 0 || stubs == 0 || net != removed-stubs {
+		t.Errorf("removed %d, stubs %d, net %d: want net = removed - stubs, both nonzero", removed, stubs, net)
 	}
 	for _, c := range checks {
 		if c.(map[string]any)["ok"] != true {

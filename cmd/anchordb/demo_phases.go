@@ -36,6 +36,7 @@ func (d *demo) laterPhases() {
 
 // verifyPhase runs the engine's full verify and adds its outcome as a check.
 func (d *demo) verifyPhase(name string) {
+	defer d.phases.step(name)()
 	rep, err := d.db.Verify(d.e.ctx, engine.VerifyOptions{})
 	if err != nil {
 		d.add(name, false, err.Error())
@@ -46,12 +47,13 @@ func (d *demo) verifyPhase(name string) {
 		ps = append(ps, fmt.Sprintf("%s %s anchor=%q seq=%d: %s", f.Code, f.Reason, f.Anchor, f.Seq, f.Message))
 	}
 	d.add(name, rep.OK && len(ps) == 0, problems(ps,
-		fmt.Sprintf("%d anchors, %d records, %s of segments: hashes, links, seals, index, trees, checkpoints", rep.Anchors, rep.Records, humanBytes(rep.Bytes))))
+		fmt.Sprintf("%s, %s, %s of segments: hashes, links, seals, index, trees, checkpoints", plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))))
 }
 
 // mergePhase streams the merged view at the current frontier and checks it
 // against the merged root and the merged order.
 func (d *demo) mergePhase() {
+	defer d.phases.step("merge")()
 	ctx := d.e.ctx
 	f, err := d.db.Frontier(ctx)
 	if err != nil {
@@ -66,7 +68,7 @@ func (d *demo) mergePhase() {
 	var ps []string
 	b := merge.NewRootBuilder()
 	var n uint64
-	var prev segment.Record
+	var prev engine.Record
 	start := time.Now()
 	for p, err := range d.db.Merged(ctx, engine.MergedOptions{Frontier: f}) {
 		if err != nil {
@@ -78,21 +80,21 @@ func (d *demo) mergePhase() {
 		switch {
 		case p.Pos != n:
 			ps = append(ps, fmt.Sprintf("record %d has position %d", n, p.Pos))
-		case n > 1 && merge.Compare(prev, rec) >= 0:
+		case n > 1 && compareMerged(prev, rec) >= 0:
 			ps = append(ps, fmt.Sprintf("position %d (%s #%d counter %d) does not follow (%s #%d counter %d)",
 				p.Pos, rec.Anchor, rec.Seq, rec.Counter, prev.Anchor, prev.Seq, prev.Counter))
 		case !f.Contains(rec.Anchor, rec.Seq):
 			ps = append(ps, fmt.Sprintf("position %d (%s #%d) is outside the frontier", p.Pos, rec.Anchor, rec.Seq))
 		}
 		b.Append(rec.Hash)
-		prev = segment.Record{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter}
+		prev = engine.Record{Anchor: rec.Anchor, Seq: rec.Seq, Counter: rec.Counter}
 		if len(ps) > 10 {
 			break
 		}
 	}
 	elapsed := time.Since(start)
 	if n != f.Total() || n != size {
-		ps = append(ps, fmt.Sprintf("the stream has %d records, the frontier %d, the merged root covers %d", n, f.Total(), size))
+		ps = append(ps, fmt.Sprintf("the stream has %s, the frontier %d, the merged root covers %d", plural(n, "record"), f.Total(), size))
 	}
 	if got := b.Root(); got != root {
 		ps = append(ps, fmt.Sprintf("the streamed records hash to %s, MergedRoot says %s", got, root))
@@ -101,14 +103,15 @@ func (d *demo) mergePhase() {
 	if elapsed > 0 {
 		d.report.MergeRecordsPerSec = float64(n) / elapsed.Seconds()
 	}
-	d.add("merge", len(ps) == 0, problems(ps, fmt.Sprintf("%d records of %d anchors at positions 1..%d in (counter, anchor) order; root %s",
-		n, len(f.Anchors()), n, root)))
+	d.add("merge", len(ps) == 0, problems(ps, fmt.Sprintf("%s of %s at positions 1..%d in (counter, anchor) order; root %s",
+		plural(n, "record"), plural(len(f.Anchors()), "anchor"), n, root)))
 }
 
 // checkpointPhase signs a checkpoint with a fresh key, kept beside the
 // database, and opens it with the verifier key. It returns the checkpoint
 // (nil if there is none).
 func (d *demo) checkpointPhase() *proof.Checkpoint {
+	defer d.phases.step("checkpoint")()
 	ctx := d.e.ctx
 	fail := func(err error) *proof.Checkpoint {
 		d.add("checkpoint", false, err.Error())
@@ -141,8 +144,8 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		ps = append(ps, "the signed note does not open with its verifier key: "+err.Error())
 	} else {
 		if cp.Root != created.Root || cp.Records != st.Records || cp.Anchors != st.Anchors {
-			ps = append(ps, fmt.Sprintf("the note says %d anchors, %d records, root %s; the database has %d anchors, %d records (root at creation %s)",
-				cp.Anchors, cp.Records, cp.Root, st.Anchors, st.Records, created.Root))
+			ps = append(ps, fmt.Sprintf("the note says %s, %s, root %s; the database has %s, %s (root at creation %s)",
+				plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, plural(st.Anchors, "anchor"), plural(st.Records, "record"), created.Root))
 		}
 		if body, err := engine.ParseCheckpointNote(msg); err != nil || body.Root != cp.Root {
 			ps = append(ps, fmt.Sprintf("the note's body parses to %v (%v)", body, err))
@@ -154,8 +157,8 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 			ps = append(ps, fmt.Sprintf("opening with another key gave %v, want AUTH_003", err))
 		}
 	}
-	d.add("checkpoint", len(ps) == 0, problems(ps, fmt.Sprintf("%d anchors, %d records, root %s: opens with %s.pub, not with another key",
-		created.Anchors, created.Records, created.Root, filepath.Base(prefix))))
+	d.add("checkpoint", len(ps) == 0, problems(ps, fmt.Sprintf("%s, %s, root %s: opens with %s.pub, not with another key",
+		plural(created.Anchors, "anchor"), plural(created.Records, "record"), created.Root, filepath.Base(prefix))))
 	if cp == nil {
 		return created
 	}
@@ -165,6 +168,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 // proofPhase proves one acknowledged record's inclusion at the checkpoint's
 // size and verifies the proof offline, from its JSON.
 func (d *demo) proofPhase(cp *proof.Checkpoint) {
+	defer d.phases.step("inclusion proof")()
 	if cp == nil || len(d.writes) == 0 {
 		d.add("inclusion proof", false, "no checkpoint to prove against")
 		return
@@ -210,13 +214,14 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 	if proof.VerifyInclusionProof(&bad) == nil {
 		ps = append(ps, "a proof with a changed leaf verifies")
 	}
-	d.add("inclusion proof", len(ps) == 0, problems(ps, fmt.Sprintf("%s #%d in a tree of %d (%d hashes), and that tree in the checkpoint's frontier (%d hashes), verify offline against the signed root; a changed leaf does not",
-		w.Anchor, w.Seq, p.Size, len(p.Proof), len(fp.Proof))))
+	d.add("inclusion proof", len(ps) == 0, problems(ps, fmt.Sprintf("%s #%d in a tree of %d (%s), and that tree in the checkpoint's frontier (%s), verify offline against the signed root; a changed leaf does not",
+		w.Anchor, w.Seq, p.Size, plural(len(p.Proof), "hash", "hashes"), plural(len(fp.Proof), "hash", "hashes"))))
 }
 
 // snapshotPhase takes a snapshot and proves it by replay, and checks its
 // state hash against the state the acknowledged writes imply.
 func (d *demo) snapshotPhase() {
+	defer d.phases.step("snapshot")()
 	ctx := d.e.ctx
 	info, err := d.db.CreateSnapshot(ctx, "")
 	if err != nil {
@@ -232,16 +237,16 @@ func (d *demo) snapshotPhase() {
 	var ps []string
 	total := frontierRecords(info.Frontier)
 	if !v.Replayed || v.ReplayedRecords != total || v.ReplayStateHash != info.StateHash {
-		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %d records, state %s; the file says %s (%s)",
-			v.Replayed, v.ReplayedRecords, total, v.ReplayStateHash, info.StateHash, v.Note))
+		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %s, state %s; the file says %s (%s)",
+			v.Replayed, v.ReplayedRecords, plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
 	}
 	want, live := modelStateHash(d.writes)
 	if want != info.StateHash || uint64(live) != info.Entries {
-		ps = append(ps, fmt.Sprintf("the snapshot holds %d keys with state %s; the acknowledged writes imply %d keys with state %s",
-			info.Entries, info.StateHash, live, want))
+		ps = append(ps, fmt.Sprintf("the snapshot holds %s with state %s; the acknowledged writes imply %s with state %s",
+			plural(info.Entries, "key"), info.StateHash, plural(live, "key"), want))
 	}
-	d.add("snapshot", len(ps) == 0, problems(ps, fmt.Sprintf("%s: %d keys, %s; replay of %d records proves state %s",
-		info.Name, info.Entries, humanBytes(info.Size), v.ReplayedRecords, info.StateHash)))
+	d.add("snapshot", len(ps) == 0, problems(ps, fmt.Sprintf("%s: %s, %s; replay of %s proves state %s",
+		info.Name, plural(info.Entries, "key"), humanBytes(info.Size), plural(v.ReplayedRecords, "record"), info.StateHash)))
 }
 
 // compactPhase applies a truncating policy three times, with a second round
@@ -260,6 +265,7 @@ func (d *demo) compactPhase() {
 	var ps []string
 	var planned int64
 	compact := func() bool {
+		defer d.phases.step(fmt.Sprintf("compaction %d", len(d.report.Compactions)+1))()
 		// A cut lies inside a signed checkpoint (SPEC §6): sign one of
 		// everything written so far with the demo's key first.
 		if d.skey != "" {
@@ -273,7 +279,7 @@ func (d *demo) compactPhase() {
 			ps = append(ps, fmt.Sprintf("compaction %d: %v", len(d.report.Compactions)+1, err))
 			return false
 		}
-		c := demoCompaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes}
+		c := demoCompaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes}
 		if res.Created != nil {
 			c.Created = res.Created.Name
 		}
@@ -289,6 +295,8 @@ func (d *demo) compactPhase() {
 		d.report.Compactions = append(d.report.Compactions, c)
 		d.report.SegmentsRemoved += c.SegmentsRemoved
 		d.report.RemovedBytes += c.RemovedBytes
+		d.report.StubBytes += c.StubBytes
+		d.report.NetBytes += res.NetBytes()
 		return true
 	}
 	ok := compact()
@@ -312,7 +320,7 @@ func (d *demo) compactPhase() {
 	}
 	var runs []string
 	for _, c := range d.report.Compactions {
-		s := fmt.Sprintf("%d actions", c.Actions)
+		s := plural(c.Actions, "action")
 		if c.Created != "" {
 			s += ", 1 snapshot created"
 		}
@@ -320,12 +328,12 @@ func (d *demo) compactPhase() {
 			s += fmt.Sprintf(", %d deleted", c.SnapshotsDelete)
 		}
 		if c.SegmentsRemoved > 0 {
-			s += fmt.Sprintf(", %d segments (%s) removed", c.SegmentsRemoved, humanBytes(c.RemovedBytes))
+			s += fmt.Sprintf(", %s (%s) removed for %s of stubs", plural(c.SegmentsRemoved, "segment"), humanBytes(c.RemovedBytes), humanBytes(c.StubBytes))
 		}
 		runs = append(runs, s)
 	}
-	d.add("compact", len(ps) == 0, problems(ps, fmt.Sprintf("keep 1, raw_log truncate; runs: [%s]; %d records written between the first two",
-		strings.Join(runs, "; "), d.report.SecondRoundRecords)))
+	d.add("compact", len(ps) == 0, problems(ps, fmt.Sprintf("keep 1, raw_log truncate; runs: [%s]; %s written between the first two",
+		strings.Join(runs, "; "), plural(d.report.SecondRoundRecords, "record"))))
 
 	d.checkState("state after compaction")
 	d.verifyPhase("verify after compaction")
@@ -335,6 +343,7 @@ func (d *demo) compactPhase() {
 
 // checkSnapshotsAndAudit verifies every kept snapshot and the audit log.
 func (d *demo) checkSnapshotsAndAudit() {
+	defer d.phases.step("snapshots and audit log")()
 	ctx := d.e.ctx
 	var ps, kept []string
 	list, err := d.db.Snapshots(ctx)
@@ -361,13 +370,14 @@ func (d *demo) checkSnapshotsAndAudit() {
 		ps = append(ps, "audit log: "+err.Error())
 	}
 	d.add("snapshots and audit log", len(ps) == 0 && len(list) > 0, problems(ps,
-		fmt.Sprintf("%d kept: %s; audit log of %d lines verifies", len(list), strings.Join(kept, ", "), head.Lines)))
+		fmt.Sprintf("%d kept: %s; audit log of %s verifies", len(list), strings.Join(kept, ", "), plural(head.Lines, "line"))))
 }
 
 // checkRetries retries the first idempotent append on each anchor: each must
 // come back as a duplicate with its original receipt, however long ago it
 // was written and whatever compaction did since.
 func (d *demo) checkRetries(name string) {
+	defer d.phases.step(name)()
 	var ps []string
 	n := 0
 	seen := map[string]bool{}
@@ -390,7 +400,7 @@ func (d *demo) checkRetries(name string) {
 			}
 		}
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%d retries of early idempotent appends answered with their original receipts", n)))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s of early idempotent appends answered with their original receipts", plural(n, "retry", "retries"))))
 }
 
 // demoSnapshot is what must survive a rebuild unchanged.
@@ -439,13 +449,13 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 		}
 	}
 	if len(after.heads) != len(s.heads) {
-		ps = append(ps, fmt.Sprintf("%d anchors before, %d after", len(s.heads), len(after.heads)))
+		ps = append(ps, fmt.Sprintf("%s before, %d after", plural(len(s.heads), "anchor"), len(after.heads)))
 	}
 	if after.root != s.root || after.size != s.size {
-		ps = append(ps, fmt.Sprintf("merged root %s over %d records before, %s over %d after", s.root, s.size, after.root, after.size))
+		ps = append(ps, fmt.Sprintf("merged root %s over %s before, %s over %d after", s.root, plural(s.size, "record"), after.root, after.size))
 	}
 	if after.state != s.state || after.keys != s.keys {
-		ps = append(ps, fmt.Sprintf("state %s of %d keys before, %s of %d after", s.state, s.keys, after.state, after.keys))
+		ps = append(ps, fmt.Sprintf("state %s of %s before, %s of %d after", s.state, plural(s.keys, "key"), after.state, after.keys))
 	}
 	return ps
 }
@@ -454,6 +464,7 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 // snapshot, and checks that heads, merged root and state are unchanged;
 // then verifies and retries again.
 func (d *demo) rebuildPhase() {
+	defer d.phases.step("rebuild")()
 	ctx := d.e.ctx
 	before, err := d.capture()
 	if err != nil {
@@ -483,11 +494,7 @@ func (d *demo) rebuildPhase() {
 		case engine.EventStateFromSnapshot:
 			from = filepath.Base(ev.File)
 		case engine.EventFastRebuildAbandoned, engine.EventSnapshotSkipped, engine.EventDamaged:
-			msg := ev.Kind
-			if ev.Err != nil {
-				msg += ": " + ev.Err.Error()
-			}
-			ps = append(ps, msg)
+			ps = append(ps, ev.String())
 		}
 	}
 	if from == "" {
@@ -503,8 +510,8 @@ func (d *demo) rebuildPhase() {
 	} else {
 		ps = append(ps, before.diff(after)...)
 	}
-	d.add("rebuild", len(ps) == 0, problems(ps, fmt.Sprintf("from %s in %.3fs (%d segment files, %d stubs): %d heads, merged root and state of %d keys unchanged",
-		from, elapsed.Seconds(), plan.Segments, plan.Stubs, len(after.heads), after.keys)))
+	d.add("rebuild", len(ps) == 0, problems(ps, fmt.Sprintf("from %s in %.3fs (%s, %s): %s, merged root and state of %s unchanged",
+		from, elapsed.Seconds(), plural(plan.Segments, "segment file"), plural(plan.Stubs, "stub"), plural(len(after.heads), "head"), plural(after.keys, "key"))))
 	d.checkState("state after rebuild")
 	d.verifyPhase("verify after rebuild")
 	d.checkRetries("idempotency after rebuild")
@@ -517,6 +524,7 @@ func (d *demo) rebuildPhase() {
 // acknowledged writes imply (the last put or delete of each key in merged
 // order), whatever compaction removed from the logs.
 func (d *demo) checkState(name string) {
+	defer d.phases.step(name)()
 	ctx := d.e.ctx
 	last := modelState(d.writes)
 	var ps []string
@@ -551,7 +559,7 @@ func (d *demo) checkState(name string) {
 	if scanned != live {
 		ps = append(ps, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%d keys (%d live) as the %d acknowledged writes imply", len(last), live, len(d.writes))))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s (%d live) as the %d acknowledged writes imply", plural(len(last), "key"), live, len(d.writes))))
 }
 
 // modelState returns, for each key, the acknowledged write that decides it:

@@ -53,8 +53,8 @@ func TestImportOverLimitCounterIsAllOrNothing(t *testing.T) {
 	if got := mustRun(t, "--dir", dir, "--json", "log", "w").stdout; got != logBefore {
 		t.Fatalf("a refused import appended to w:\n%s", got)
 	}
-	if r := runCLI(t, "--dir", dir, "--json", "log", "elsewhere"); r.stdout != "" {
-		t.Fatalf("a refused import appended to elsewhere: %v", r)
+	if r := runCLI(t, "--dir", dir, "--json", "log", "elsewhere"); r.code != 1 || !strings.Contains(r.stdout, "STATE_003") {
+		t.Fatalf("a refused import appended to elsewhere (its log should be STATE_003, an unknown anchor): %v", r)
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {

@@ -64,8 +64,10 @@ idempotency key had been used for the same request (nothing appended), non-blank
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var batch int
 		var noSync bool
+		var segSize int64
 		fs.IntVar(&batch, "batch", 1000, "lines per atomic batch append")
 		fs.BoolVar(&noSync, "no-sync", false, "return from each batch once it reaches the OS, without waiting for the fsync")
+		segmentSizeFlag(fs, &segSize)
 		return func(e *env, args []string) error {
 			if batch < 1 || batch > 1<<20 {
 				return usagef("import", "--batch must be 1..%d", 1<<20)
@@ -78,7 +80,7 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			if err != nil {
 				return err
 			}
-			db, err := e.openOrCreate()
+			db, err := e.openOrCreate(segSize)
 			if err != nil {
 				return err
 			}
@@ -110,7 +112,7 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			if e.g.json {
 				e.out.json(importSummary{Imported: im.imported, Duplicates: im.duplicates, Lines: im.lines})
 			} else if !e.g.quiet {
-				e.out.linef("imported %d records, %d duplicates, from %d lines", im.imported, im.duplicates, im.lines)
+				e.out.linef("imported %s, %s, from %s", plural(im.imported, "record"), plural(im.duplicates, "duplicate"), plural(im.lines, "line"))
 			}
 			return nil
 		}
@@ -140,9 +142,13 @@ func (e *importError) Error() string {
 		plural(e.imported, "record"), plural(e.duplicates, "duplicate"))
 }
 
-func plural(n int, noun string) string {
+// plural is "1 noun" or "n nouns" (or, given, n and the plural form).
+func plural[N ~int | ~int64 | ~uint64 | ~uint32](n N, noun string, nouns ...string) string {
 	if n == 1 {
 		return "1 " + noun
+	}
+	if len(nouns) > 0 {
+		return fmt.Sprintf("%d %s", n, nouns[0])
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
@@ -407,7 +413,7 @@ func (im *importer) run(in io.Reader) error {
 			if err := im.flush(); err != nil {
 				return err
 			}
-			im.prog.update("import: %d of %d lines, %d records imported", im.lines, im.total, im.imported)
+			im.prog.update("import: %d of %s, %s imported", im.lines, plural(im.total, "line"), plural(im.imported, "record"))
 		}
 		if err := im.e.ctx.Err(); err != nil {
 			return &importError{imported: im.imported, duplicates: im.duplicates, err: err}

@@ -316,7 +316,8 @@ func timeField(m map[string]json.RawMessage, name string) (time.Time, error) {
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
-		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q is not an RFC 3339 time: %v", name, err)
+		// NB: not time.Parse's text, which names Go's layout string.
+		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q is %q: not an RFC 3339 time such as 2026-01-31T12:00:00.5Z", name, s)
 	}
 	if engine.CheckRecordTime(t) != nil {
 		return time.Time{}, errs.New(errs.CodeInvalidInput, "%q %s is outside the years 1678..2262 a record time can hold", name, s)

@@ -78,7 +78,7 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 			if err := os.WriteFile(path, tc.change(orig.Bytes()), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			db, err := e.openOrCreate()
+			db, err := e.openOrCreate(0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,6 +100,9 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 			// pass 1 saw them.
 			var got int
 			for rec, err := range db.Log(e.ctx, "a", 1, 0) {
+				if tc.want == 0 && errs.CodeOf(err) == errs.CodeDependencyMissing {
+					break // nothing imported: anchor a is none the database holds
+				}
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -38,8 +38,10 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var from string
 		var anchors []string
+		var segSize int64
 		fs.StringVar(&from, "from", "", "the other anchordb database directory (required)")
 		fs.StringArrayVar(&anchors, "anchor", nil, "ingest only this anchor (repeatable; default: every anchor)")
+		segmentSizeFlag(fs, &segSize)
 		return func(e *env, _ []string) error {
 			if from == "" {
 				return usagef("ingest", "ingest needs --from DIR")
@@ -60,14 +62,14 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			if samePath(from, e.g.dir) {
 				return usagef("ingest", "--from names the database itself")
 			}
-			db, err := e.openOrCreate()
+			db, err := e.openOrCreate(segSize)
 			if err != nil {
 				return err
 			}
 			bar := e.newProgress()
 			opts := engine.IngestOptions{Anchors: anchors}
 			if bar.on {
-				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%d records", done, total) }
+				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%s", done, plural(total, "record")) }
 			}
 			rep, err := db.Ingest(e.ctx, from, opts)
 			bar.done()
@@ -87,7 +89,7 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 						a.Had, a.Arrived, a.Appended, a.Head)
 				}
 			}
-			e.out.linef("ingested %d records on %d anchors from %s", rep.Appended, len(rep.Anchors), rep.From)
+			e.out.linef("ingested %s on %s from %s", plural(rep.Appended, "record"), plural(len(rep.Anchors), "anchor"), rep.From)
 			return nil
 		}
 	},

@@ -82,8 +82,10 @@ var commands = []*command{
 	compactCmd,
 	rebuildIndexCmd,
 	statsCmd,
+	outboxCmd,
 	benchCmd,
 	demoCmd,
+	versionCmd,
 }
 
 func lookupCommand(name string) *command {
@@ -242,6 +244,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// Find the command: global flags may come first.
 	pre := newFlagSet("anchordb")
 	g.register(pre)
+	showVersion := pre.Bool("version", false, "print the version and exit (as the version command)")
 	pre.SetInterspersed(false)
 	err := pre.Parse(args)
 	if errors.Is(err, pflag.ErrHelp) {
@@ -250,7 +253,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err != nil {
 		g.json = jsonRequested(args)
-		return e.finish(usagef("", "%v", err))
+		return e.finish(usagef("", "%s", flagText(err)))
+	}
+	if *showVersion {
+		printVersion(e)
+		return e.finish(nil)
 	}
 	rest := pre.Args()
 	// Flags after the command are not parsed yet: an error about the command
@@ -291,7 +298,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if err != nil {
 		g.json = jsonRequested(cmdArgs)
-		return e.finish(usagef(name, "%v", err))
+		return e.finish(usagef(name, "%s", flagText(err)))
 	}
 	g.dirSet = fs.Changed("dir")
 	if g.dirSet && g.dir == "" {
@@ -302,7 +309,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	pos := fs.Args()
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
-		return e.finish(usagef(name, "%s takes %s (got %d arguments)", name, argsWanted(cmd), len(pos)))
+		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), plural(len(pos), "argument")))
 	}
 	err = runCmd(e, pos)
 	return e.finish(err)
@@ -453,7 +460,7 @@ func mainUsage() string {
 	b.WriteString("2 usage, I/O or bad input.\n\n")
 	b.WriteString("SIGINT or SIGTERM stops a command cleanly (exit 2, IO_001 interrupted); a second one\n")
 	b.WriteString("while it stops exits at once (exit 2), leaving the database for the next open to recover.\n\n")
-	b.WriteString("Run 'anchordb help COMMAND' for a command's flags.\n")
+	b.WriteString("Run 'anchordb help COMMAND' for a command's flags; 'anchordb --version' is 'anchordb version'.\n")
 	return b.String()
 }
 
@@ -510,6 +517,11 @@ func (e *env) open() (*engine.DB, error) {
 // its anchors directory), so that a command that only reads, a dry run or
 // a rebuild never creates one.
 func isDatabase(dir string) error {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return errs.New(errs.CodeInvalidInput, "--dir %s is not a directory", dir)
+	} else if errors.Is(err, syscall.ENOTDIR) {
+		return errs.New(errs.CodeInvalidInput, "--dir %s is not a directory: a part of its path is a file", dir)
+	}
 	if _, err := os.Stat(filepath.Join(dir, engine.IDFile)); err == nil {
 		return nil
 	}
@@ -546,8 +558,9 @@ func (e *env) openRead() (*engine.DB, error) {
 
 // openOrCreate opens the database in --dir, creating a fresh one if there is
 // none: for the commands that write (put, del, append, import, ingest).
-func (e *env) openOrCreate() (*engine.DB, error) {
-	return e.openWith(engine.Options{})
+// segmentSize (0: the engine's default) is what their --segment-size says.
+func (e *env) openOrCreate(segmentSize int64) (*engine.DB, error) {
+	return e.openWith(engine.Options{SegmentSize: segmentSize})
 }
 
 func (e *env) openWith(opts engine.Options) (*engine.DB, error) {

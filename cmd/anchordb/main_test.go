@@ -205,9 +205,9 @@ func TestCoreFlow(t *testing.T) {
 	if recs := lines(t, l.stdout); len(recs) != 2 {
 		t.Fatalf("log --from 2: %v", l)
 	}
-	if l := mustRun(t, "--dir", dir, "--json", "log", "nobody"); l.stdout != "" {
-		t.Fatalf("log of an unknown anchor: %v", l)
-	}
+	l = runCLI(t, "--dir", dir, "--json", "log", "nobody")
+	wantCode(t, l, 1)
+	errObj(t, l, "STATE_003") // an unknown anchor: never an empty log
 }
 
 func TestHumanOutput(t *testing.T) {

@@ -20,13 +20,21 @@ plus "pos"; else "pos=N ANCHOR #SEQ counter=N TIME TYPE KEY=VALUE blake3:…".
 
 --frontier F reads a frontier {"anchor id": seq, …} from the file F ('-' for stdin) and
 prints the merged view of just those prefixes; an anchor or seq the database does not
-hold is STATE_003 (exit 1). Records that compaction truncated are not in the view; a
-view that runs into a truncation made while it is read stops with STATE_003.
+hold is STATE_003 (exit 1).
+
+Positions count every record, those a truncating compaction removed included, so they
+do not change when one runs. The copies it kept (each key's last record in a removed
+segment) are printed like any other; a run of positions whose records are gone is
+refused with STATE_003 (exit 1, after the records around it are printed), naming the
+positions and the first record. A --from past them prints no refusal.
 
 --root prints instead {"root":"blake3:…","records":N,"frontier":{…}}: the RFC 6962 root
 over the record hashes in merged order, the number of records, and the frontier it was
 taken at (by default the current one; feed that field, not the whole object, back with
---frontier: jq .frontier). Two databases with the same records have the same root.`,
+--frontier: jq .frontier). It covers every record, removed ones included (their hashes
+stay in the stubs): two databases with the same records have the same root whatever
+either compacted, a compaction does not change it, it is known at any frontier, and with
+one anchor it is that anchor's tree root.`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var from uint64
@@ -62,9 +70,11 @@ taken at (by default the current one; feed that field, not the whole object, bac
 				return mergedRoot(e, db, f)
 			}
 			n := 0
+			var gone goneRuns
 			for p, err := range db.Merged(e.ctx, engine.MergedOptions{From: from, Frontier: f}) {
 				if err != nil {
-					return err
+					gone.add(err) // a run of removed records; any other error ends the loop
+					continue
 				}
 				if limit > 0 && n == limit {
 					break
@@ -79,7 +89,7 @@ taken at (by default the current one; feed that field, not the whole object, bac
 					return e.out.err
 				}
 			}
-			return nil
+			return gone.err()
 		}
 	},
 }
@@ -113,7 +123,7 @@ func mergedRoot(e *env, db *engine.DB, f merge.Frontier) error {
 		e.out.json(mergedRootJSON{Root: root, Records: n, Frontier: f.Clone()})
 		return nil
 	}
-	e.out.linef("merged root %s over %d records of %d anchors", root, n, len(f.Anchors()))
+	e.out.linef("merged root %s over %s of %s", root, plural(n, "record"), plural(len(f.Anchors()), "anchor"))
 	return nil
 }
 
@@ -143,7 +153,7 @@ func checkFrontierKnown(ctx context.Context, db *engine.DB, f merge.Frontier) er
 			return err
 		}
 		if !ok || info.Records < f[id] {
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %d records", f[id], id, info.Records)
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, plural(info.Records, "record"))
 			e.Anchor, e.Seq = id, f[id]
 			return e
 		}

@@ -109,8 +109,8 @@ func optBytes(b []byte) *byteString {
 // timeFormat is RFC 3339 in UTC with exactly nine fractional digits.
 const timeFormat = "2006-01-02T15:04:05.000000000Z"
 
-func formatTime(unixNano int64) string {
-	return time.Unix(0, unixNano).UTC().Format(timeFormat)
+func formatTime(t time.Time) string {
+	return t.UTC().Format(timeFormat)
 }
 
 // recordJSON is the record shape of SPEC §10.
@@ -127,7 +127,7 @@ type recordJSON struct {
 	Hash           segment.Hash `json:"hash"`
 }
 
-func newRecordJSON(r *segment.Record) recordJSON {
+func newRecordJSON(r *engine.Record) recordJSON {
 	j := recordJSON{
 		Anchor: r.Anchor, Seq: r.Seq, Counter: r.Counter, Time: formatTime(r.Time), Type: r.Type,
 		Key: optBytes(r.Key), IdempotencyKey: optBytes(r.IdempotencyKey),
@@ -144,7 +144,7 @@ func newRecordJSON(r *segment.Record) recordJSON {
 }
 
 // printRecord prints one record: its JSON shape, or one readable line.
-func (e *env) printRecord(r *segment.Record) {
+func (e *env) printRecord(r *engine.Record) {
 	if e.g.json {
 		e.out.json(newRecordJSON(r))
 		return
@@ -155,7 +155,7 @@ func (e *env) printRecord(r *segment.Record) {
 // recordLine is the human form of a record:
 //
 //	dev-1 #2 counter=5 2026-01-31T12:00:00.000000001Z put color=green blake3:…
-func recordLine(r *segment.Record) string {
+func recordLine(r *engine.Record) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s #%d counter=%d %s %s ", display([]byte(r.Anchor)), r.Seq, r.Counter, formatTime(r.Time), display([]byte(r.Type)))
 	switch {
@@ -256,6 +256,10 @@ type errorBody struct {
 	// An ingest refused for a fork: both heads of the anchor.
 	Ours   *headJSON `json:"ours,omitempty"`
 	Theirs *headJSON `json:"theirs,omitempty"`
+
+	// An outbox's refusal: the entry's state, and the entry.
+	State string           `json:"state,omitempty"`
+	Entry *outboxEntryJSON `json:"entry,omitempty"`
 }
 
 // headJSON is an anchor's head: its last seq and that record's hash.
@@ -318,6 +322,7 @@ func errorJSON(err error) errorJSONShape {
 		appended := ge.appended
 		b.Appended = &appended
 	}
+	outboxErrorFields(err, &b)
 	return errorJSONShape{Error: b}
 }
 

@@ -193,7 +193,13 @@ var logCmd = &command{
 	name:    "log",
 	args:    "ANCHOR",
 	summary: "print an anchor's records by seq",
-	detail:  streamHelp,
+	detail: `After a truncating compaction ("raw_log": "truncate") the records it removed are
+gone but for the copies it kept (each key's last record in a removed segment), which
+are printed like any other. A run of records that is gone is refused with STATE_003
+(exit 1, after the records around it are printed), naming the run and the first seq
+from which the log is held whole. An anchor the database does not hold is STATE_003;
+a --from past the last record prints nothing.
+` + streamHelp,
 	minArgs: 1, maxArgs: 1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var from, to uint64
@@ -207,16 +213,47 @@ var logCmd = &command{
 			if err != nil {
 				return err
 			}
+			var gone goneRuns
 			for rec, err := range db.Log(e.ctx, args[0], from, to) {
 				if err != nil {
-					return err
+					gone.add(err) // a run of removed records; any other error ends the loop
+					continue
 				}
 				e.printRecord(&rec)
 				if e.out.err != nil {
 					return e.out.err
 				}
 			}
-			return nil
+			return gone.err()
 		}
 	},
+}
+
+// goneRuns collects the errors a Log or Merged loop goes on past: each run
+// of records a compaction removed is one STATE_003 in its place (any other
+// error ends the loop by itself). The command prints what is held and
+// then fails with the first.
+type goneRuns struct {
+	first error
+	more  int
+}
+
+func (g *goneRuns) add(err error) {
+	if g.first == nil {
+		g.first = err
+		return
+	}
+	g.more++
+}
+
+// err is the first error, with how many more runs followed it; nil when
+// there was none.
+func (g *goneRuns) err() error {
+	switch {
+	case g.first == nil:
+		return nil
+	case g.more == 0:
+		return g.first
+	}
+	return fmt.Errorf("%w (and %s of removed records after it)", g.first, plural(g.more, "more run"))
 }

@@ -84,15 +84,15 @@ type rebuildJSON struct {
 func printRebuildHuman(e *env, r rebuildJSON) {
 	what := fromText(r.FromSnapshot)
 	if !r.Applied {
-		e.out.linef("rebuild-index (dry run): would drop the index of %s and rebuild it %sfrom %d anchors, %d segment files (%s) and %d stubs of truncated segments",
-			r.Dir, what, r.Anchors, r.Segments, humanBytes(r.Bytes), r.Stubs)
+		e.out.linef("rebuild-index (dry run): would drop the index of %s and rebuild it %sfrom %s, %s (%s) and %s of truncated segments",
+			r.Dir, what, plural(r.Anchors, "anchor"), plural(r.Segments, "segment file"), humanBytes(r.Bytes), plural(r.Stubs, "stub"))
 		if !e.g.quiet {
 			e.out.linef("nothing was changed; run with --apply to rebuild")
 		}
 		return
 	}
-	e.out.linef("rebuilt the index of %s %sfrom %d anchors, %d segment files (%s) and %d stubs in %.3fs",
-		r.Dir, what, r.Anchors, r.Segments, humanBytes(r.Bytes), r.Stubs, r.Seconds)
+	e.out.linef("rebuilt the index of %s %sfrom %s, %s (%s) and %s in %.3fs",
+		r.Dir, what, plural(r.Anchors, "anchor"), plural(r.Segments, "segment file"), humanBytes(r.Bytes), plural(r.Stubs, "stub"), r.Seconds)
 	if e.g.quiet {
 		return
 	}

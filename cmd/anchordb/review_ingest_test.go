@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -23,8 +24,8 @@ func TestReviewIngestCLIForkAndRepeat(t *testing.T) {
 		t.Fatalf("fork without both heads: %v", r)
 	}
 	r = runCLI(t, "--dir", b, "--json", "log", "y")
-	if r.stdout != "" {
-		t.Fatalf("a refused ingest joined anchor y: %v", r)
+	if r.code != 1 || !strings.Contains(r.stdout, "STATE_003") {
+		t.Fatalf("a refused ingest joined anchor y (its log should be STATE_003, an unknown anchor): %v", r)
 	}
 	r = mustRun(t, "--dir", b, "--json", "ingest", "--from", a, "--anchor", "y", "--anchor", "y")
 	if m := obj(t, r.stdout); m["appended"] == nil || m["appended"].(interface{ String() string }).String() != "1" {

@@ -17,8 +17,8 @@ import (
 
 var snapshotCmd = &command{
 	name:    "snapshot",
-	args:    "create | list | verify [NAME|PATH]…",
-	summary: "take a snapshot of the key-value state, list the snapshots, or prove them by replay",
+	args:    "create | list | verify [NAME|PATH]… | retire NAME",
+	summary: "take a snapshot of the key-value state, list the snapshots, prove them by replay, or retire a damaged one",
 	detail: `snapshot create writes the key-value state at the current frontier to one verifiable
 file under the database's snapshots/ directory (--policy F records that policy's
 policy_ref in it) and prints its description:
@@ -43,7 +43,15 @@ Prints one object a line: {"ok","snapshot":{…},"base","replayed","note","audit
 "replayed_records","replay_state_hash"} ("audited": the audit log records it as created
 with its hashes; one it does not record is proved by its replay all the same, but
 compaction neither counts nor deletes it), and for a snapshot that fails {"ok":false,
-"name","path","error":{"code":"INT_003",…}}. Any failure exits 1.`,
+"name","path","error":{"code":"INT_003",…}}. Any failure exits 1.
+
+snapshot retire NAME takes a snapshot that fails its checks (a file name in snapshots/) out
+of the database, audited: a retire_snapshot line in the audit log removes it and names the
+finding, then the file moves to lost+found/NAME-<Unix ns>.retired. verify no longer reports
+it (a damaged snapshot is kept, and reported by every verify, until an operator does this;
+one deleted by hand is reported missing, and retiring its name records the removal). A
+snapshot that passes its checks is refused (INPUT_001: compaction deletes good ones).
+Prints {"name","finding":{"code","reason","file","offset","message"},"moved_to"}.`,
 	minArgs: 1, maxArgs: -1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var policyFile string
@@ -68,8 +76,13 @@ compaction neither counts nor deletes it), and for a snapshot that fails {"ok":f
 					return usagef("snapshot", "usage: snapshot verify [NAME|PATH]…")
 				}
 				return snapshotVerify(e, args[1:])
+			case "retire":
+				if len(args) != 2 || policyFile != "" {
+					return usagef("snapshot", "usage: snapshot retire NAME")
+				}
+				return snapshotRetire(e, args[1])
 			}
-			return usagef("snapshot", "unknown snapshot command %q (want create, list or verify)", args[0])
+			return usagef("snapshot", "unknown snapshot command %q (want create, list, verify or retire)", args[0])
 		}
 	},
 }
@@ -136,8 +149,8 @@ func snapshotCreate(e *env, policyFile string) error {
 		return nil
 	}
 	if !e.g.quiet {
-		e.out.linef("snapshot %s: %d keys at a frontier of %d anchors and %d records, %s, state %s",
-			info.Name, info.Entries, len(info.Frontier), frontierRecords(info.Frontier), humanBytes(info.Size), info.StateHash)
+		e.out.linef("snapshot %s: %s at a frontier of %s and %s, %s, state %s",
+			info.Name, plural(info.Entries, "key"), plural(len(info.Frontier), "anchor"), plural(frontierRecords(info.Frontier), "record"), humanBytes(info.Size), info.StateHash)
 	} else {
 		e.out.linef("%s", info.Name)
 	}
@@ -303,11 +316,11 @@ func snapshotVerify(e *env, names []string) error {
 		}
 		switch {
 		case !v.Replayed:
-			e.out.linef("ok   %s: file and state hash verify (%d keys); %s", t.name, v.Info.Entries, v.Note)
+			e.out.linef("ok   %s: file and state hash verify (%s); %s", t.name, plural(v.Info.Entries, "key"), v.Note)
 		case v.Base != "":
-			e.out.linef("ok   %s: replay of %d records from base %s gives state %s%s", t.name, v.ReplayedRecords, v.Base, v.ReplayStateHash, unaudited)
+			e.out.linef("ok   %s: replay of %s from base %s gives state %s%s", t.name, plural(v.ReplayedRecords, "record"), v.Base, v.ReplayStateHash, unaudited)
 		default:
-			e.out.linef("ok   %s: replay of %d records from genesis gives state %s%s", t.name, v.ReplayedRecords, v.ReplayStateHash, unaudited)
+			e.out.linef("ok   %s: replay of %s from genesis gives state %s%s", t.name, plural(v.ReplayedRecords, "record"), v.ReplayStateHash, unaudited)
 		}
 	}
 	if status != exitOK {
@@ -342,4 +355,26 @@ func snapshotPath(db *engine.DB, arg string) (string, error) {
 		}
 	}
 	return "", errs.New(errs.CodeInvalidInput, "no snapshot %q (neither a file nor a name in %s)", arg, db.SnapshotsDir())
+}
+
+// snapshotRetire retires a snapshot that fails its checks (engine.DB.RetireSnapshot).
+func snapshotRetire(e *env, name string) error {
+	db, err := e.open()
+	if err != nil {
+		return err
+	}
+	r, err := db.RetireSnapshot(e.ctx, filepath.Base(name))
+	if err != nil {
+		return err
+	}
+	if e.g.json {
+		e.out.json(r)
+		return nil
+	}
+	where := "its file was gone already"
+	if r.MovedTo != "" {
+		where = "moved to " + r.MovedTo
+	}
+	e.out.linef("retired %s (%s %s: %s): %s; the audit log records it", r.Name, r.Finding.Code, r.Finding.Reason, r.Finding.Message, where)
+	return nil
 }

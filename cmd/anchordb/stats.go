@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -109,15 +111,15 @@ func printStatsHuman(e *env, s statsJSON) {
 		{"segment files", s.SegmentFiles},
 		{"segment bytes", fmt.Sprintf("%d (%s)", s.SegmentBytes, humanBytes(s.SegmentBytes))},
 		{"index bytes", fmt.Sprintf("%d (%s)", s.IndexBytes, humanBytes(int64(s.IndexBytes)))},
-		{"in flight", fmt.Sprintf("%d records, %d bytes", s.InFlightRecords, s.InFlightBytes)},
+		{"in flight", fmt.Sprintf("%s, %d bytes", plural(s.InFlightRecords, "record"), s.InFlightBytes)},
 		{"open segment files", s.OpenFiles},
 		{"clock", s.Clock},
 		{"snapshots", s.Snapshots},
 		{"unsnapshotted", unsnapshottedText(s.Stats)},
-		{"since open", fmt.Sprintf("%d records in %d commit groups, %d journal syncs, %s of journal, %d segment writes, %d seals, %d settles",
-			s.Metrics.Records, s.Metrics.Groups, s.Metrics.JournalSyncs, humanBytes(int64(s.Metrics.JournalBytes)),
-			s.Metrics.SegmentWrites, s.Metrics.Seals, s.Metrics.Settles)},
-		{"commit groups", fmt.Sprintf("p50 %d, p99 %d records (bucket bounds); journal fdatasync p50 %s, p99 %s",
+		{"since open", fmt.Sprintf("%s in %s, %s, %s of journal, %s, %s, %s",
+			plural(s.Metrics.Records, "record"), plural(s.Metrics.Groups, "commit group"), plural(s.Metrics.JournalSyncs, "journal sync"), humanBytes(int64(s.Metrics.JournalBytes)),
+			plural(s.Metrics.SegmentWrites, "segment write"), plural(s.Metrics.Seals, "seal"), plural(s.Metrics.Settles, "settle"))},
+		{"commit groups", fmt.Sprintf("records a group p50 %d, p99 %d (bucket bounds); journal fdatasync p50 %s, p99 %s",
 			s.Metrics.GroupRecordsP50, s.Metrics.GroupRecordsP99, s.Metrics.SyncLatencyP50, s.Metrics.SyncLatencyP99)},
 		{"duplicates", s.Metrics.Duplicates},
 		{"refused", fmt.Sprintf("CAP_001 %d, CAP_002 %d, CAP_003 %d", s.Metrics.Refusals.CapacityExhausted,
@@ -154,14 +156,17 @@ func unsnapshottedText(s engine.Stats) string {
 		return "0 records"
 	}
 	if s.OldestUnsnapshottedAfterNow {
-		return fmt.Sprintf("%d records, the oldest dated after now (the clock went back, or its date is wrong): its age is unknown", s.RecordsUnsnapshotted)
+		return fmt.Sprintf("%s, the oldest dated after now (the clock went back, or its date is wrong): its age is unknown", plural(s.RecordsUnsnapshotted, "record"))
 	}
-	return fmt.Sprintf("%d records, the oldest %s old", s.RecordsUnsnapshotted, s.OldestUnsnapshottedAge.Round(time.Millisecond))
+	return fmt.Sprintf("%s, the oldest %s old", plural(s.RecordsUnsnapshotted, "record"), s.OldestUnsnapshottedAge.Round(time.Millisecond))
 }
 
 // humanBytes renders a byte count in binary units.
 func humanBytes(n int64) string {
 	const unit = 1024
+	if n < 0 { // a difference: stubs larger than the segments they replace
+		return "-" + humanBytes(-n)
+	}
 	if n < unit {
 		return fmt.Sprintf("%d B", n)
 	}
@@ -171,4 +176,30 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// netText says what a compaction freed: removed bytes less the stubs
+// written in their place, which can be more (small segments whose records
+// the stubs keep).
+func netText(n int64) string {
+	if n < 0 {
+		return humanBytes(-n) + " more than before"
+	}
+	return humanBytes(n) + " freed"
+}
+
+// dirBytes sums the sizes of the regular files under dir.
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	return n, err
 }

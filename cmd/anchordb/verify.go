@@ -22,7 +22,9 @@ and 'i' row a record implies, and no others); the Merkle tree recomputed from th
 against the stored nodes and the in-memory tree; the stored checkpoints against the trees
 (their signatures too when --pub is given); every snapshot, proved by replay as snapshot
 verify proves it, and present when the audit log records it; the audit log's chain against
-the head the index recorded. Damaged anchors are checked like the others.
+the head the index recorded. Damaged anchors are checked like the others. Every outbox
+(an anchor "outbox/NAME") is replayed and its state and index rows checked against its
+log (docs/OUTBOX.md); what that finds is reported like the rest.
 
 --from-checkpoint F --pub P checks only what came after the signed checkpoint F: for each
 anchor it lists, the records after its size, and that the anchor's tree at that size has
@@ -88,7 +90,7 @@ a write in progress there, listed under "tails", never a finding.`,
 					if p.TotalBytes > 0 {
 						pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 					}
-					bar.update("verify: %5.1f%%  %d/%d anchors  %d records  %s of %s", pct, p.AnchorsDone, p.Anchors, p.Records,
+					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, plural(p.Anchors, "anchor"), plural(p.Records, "record"),
 						humanBytes(p.Bytes), humanBytes(p.TotalBytes))
 				}
 			}
@@ -96,6 +98,15 @@ a write in progress there, listed under "tails", never a finding.`,
 			bar.done()
 			if err != nil {
 				return err
+			}
+			if rep.Files != nil {
+				// Read from the files alone: an outbox's check needs the
+				// index's rows of it.
+				rep.Files.Unchecked = append(rep.Files.Unchecked, "outboxes")
+			} else if !stopAtFirst || rep.OK {
+				if err := verifyOutboxes(e, db, &rep, anchors); err != nil {
+					return err
+				}
 			}
 			if e.g.json {
 				e.out.json(rep)
@@ -113,17 +124,17 @@ a write in progress there, listed under "tails", never a finding.`,
 func printVerifyHuman(e *env, rep engine.VerifyReport) {
 	status := "ok"
 	if !rep.OK {
-		status = fmt.Sprintf("FAILED: %d findings", len(rep.Failures))
+		status = fmt.Sprintf("FAILED: %s", plural(len(rep.Failures), "finding"))
 	}
 	if rep.OK && e.g.quiet {
 		return
 	}
-	e.out.linef("verify %s: %d anchors, %d records, %s of segments", status, rep.Anchors, rep.Records, humanBytes(rep.Bytes))
+	e.out.linef("verify %s: %s, %s, %s of segments", status, plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))
 	if f := rep.Files; f != nil {
 		e.out.linef("read from the files alone, without the index (%s); not checked: %s", f.Why, strings.Join(f.Unchecked, ", "))
 		for _, t := range f.Tails {
-			e.out.linef("tail anchor=%s seq=%d file=%s offset=%d: %d bytes not read as records (%s): a write in progress, or for the next open to recover",
-				display([]byte(t.Anchor)), t.Seq, t.File, t.Offset, t.Bytes, t.Message)
+			e.out.linef("tail anchor=%s seq=%d file=%s offset=%d: %s not read as records (%s): a write in progress, or for the next open to recover",
+				display([]byte(t.Anchor)), t.Seq, t.File, t.Offset, plural(t.Bytes, "byte"), t.Message)
 		}
 	}
 	for _, f := range rep.Failures {

@@ -15,6 +15,7 @@ type writeFlags struct {
 	idem    string
 	counter uint64
 	noSync  bool
+	segSize int64
 }
 
 func addWriteFlags(fs *pflag.FlagSet) *writeFlags {
@@ -22,6 +23,7 @@ func addWriteFlags(fs *pflag.FlagSet) *writeFlags {
 	fs.StringVar(&w.idem, "idempotency-key", "", "idempotency key (1–256 bytes, scoped to the anchor): a retry returns the original receipt")
 	fs.Uint64Var(&w.counter, "counter", 0, "merge counter to record; must be above the anchor's last (default: the database clock assigns one)")
 	fs.BoolVar(&w.noSync, "no-sync", false, "return once the record reaches the OS, without waiting for the fsync")
+	segmentSizeFlag(fs, &w.segSize)
 	return w
 }
 
@@ -64,7 +66,7 @@ func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
 	if err := e.ctx.Err(); err != nil {
 		return err // interrupted (e.g. while reading the payload): append nothing
 	}
-	db, err := e.openOrCreate()
+	db, err := e.openOrCreate(w.segSize)
 	if err != nil {
 		return err
 	}

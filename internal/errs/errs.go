@@ -1,7 +1,9 @@
 // Package errs defines the typed, coded errors of anchordb (SPEC §8).
 //
-// Every error a caller may act on is an *Error carrying a Code. Callers test
-// for a class of failure with errors.Is against the exported sentinels (which
+// Every error a caller may act on is an *Error carrying a Code, or wraps
+// one: an admission refusal (*RefusalError) unwraps to the *Error of its
+// code, so one errors.As reads the code of every error. Callers test for a
+// class of failure with errors.Is against the exported sentinels (which
 // match on code alone) or extract the details with errors.As:
 //
 //	var e *errs.Error
@@ -157,16 +159,12 @@ func Message(err error) string {
 	return strings.TrimSuffix(s, ": ")
 }
 
-// CodeOf returns the code of the first *Error or *RefusalError in err's chain,
-// or "" when there is none.
+// CodeOf returns the code of the first *Error in err's chain (a
+// *RefusalError unwraps to one), or "" when there is none.
 func CodeOf(err error) Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
-	}
-	var r *RefusalError
-	if errors.As(err, &r) {
-		return r.Code
 	}
 	return ""
 }
@@ -178,6 +176,11 @@ func IsCorruption(err error) bool {
 
 // RefusalError is an admission refusal (CAP_*): the engine is healthy but will
 // not take the append now. RetryAfter is a hint, zero when unknown.
+//
+// It unwraps to an *Error of the same code, message and anchor, so
+// errors.As(err, &e) with e an *Error reads the code of a refusal as of
+// every other error; errors.As with a *RefusalError adds RetryAfter and the
+// capacity state.
 type RefusalError struct {
 	Code       Code
 	Reason     string
@@ -202,6 +205,20 @@ func (r *RefusalError) Error() string {
 		s += fmt.Sprintf(" (retry after %s)", r.RetryAfter)
 	}
 	return s
+}
+
+// Unwrap returns the refusal as an *Error: its Code, Message (with the
+// retry hint) and Anchor. A new one each call; changing it changes nothing
+// of r.
+func (r *RefusalError) Unwrap() error {
+	msg := r.Message
+	if r.RetryAfter > 0 {
+		if msg != "" {
+			msg += " "
+		}
+		msg += fmt.Sprintf("(retry after %s)", r.RetryAfter)
+	}
+	return &Error{Code: r.Code, Message: msg, Anchor: r.Anchor}
 }
 
 // Is matches a sentinel *Error with the same code, so errors.Is(err,

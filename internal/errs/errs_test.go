@@ -3,7 +3,9 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestMessage: Message drops every "CODE reason: " a coded error prints,
@@ -63,6 +65,58 @@ func TestCodesOfSPEC8(t *testing.T) {
 		// with the same code is another finding.
 		if errors.Is(err, &Error{Code: code, Anchor: "a"}) || errors.Is(err, &Error{Code: code, File: "f"}) {
 			t.Errorf("%s refusal matches a located error of its code, not a sentinel", code)
+		}
+	}
+}
+
+// TestOneErrorsAsReadsEveryCode: for every code of SPEC §8, whatever the
+// error type that carries it — an *Error made by New or Wrap, a
+// *RefusalError, either wrapped again with %w — one errors.As with an
+// *Error reads its code, CodeOf agrees, and errors.Is matches its sentinel.
+// A refusal is still a *RefusalError to errors.As, RetryAfter included.
+func TestOneErrorsAsReadsEveryCode(t *testing.T) {
+	sentinel := map[Code]*Error{
+		CodeCapacityExhausted: ErrCapacityExhausted, CodeQueueFull: ErrQueueFull, CodeRateLimited: ErrRateLimited,
+		CodeScopeLocked: ErrScopeLocked, CodeConflict: ErrConflict, CodeDependencyMissing: ErrDependencyMissing,
+		CodeHashMismatch: ErrHashMismatch, CodeChainBroken: ErrChainBroken, CodeSnapshotCorrupted: ErrSnapshotCorrupted,
+		CodeIndexMismatch: ErrIndexMismatch, CodeSignatureInvalid: ErrSignatureInvalid, CodeWriteFailed: ErrWriteFailed,
+		CodeInvalidInput: ErrInvalidInput,
+	}
+	if len(sentinel) != len(reasons) {
+		t.Fatalf("%d sentinels for %d codes", len(sentinel), len(reasons))
+	}
+	for code := range reasons {
+		made := map[string]error{
+			"New":  New(code, "what happened"),
+			"Wrap": Wrap(code, errors.New("cause"), "what happened"),
+			"At":   New(code, "what happened").At("a", 7, "f", 9),
+		}
+		if code == CodeCapacityExhausted || code == CodeQueueFull || code == CodeRateLimited {
+			r := NewRefusal(code, 250*time.Millisecond, "bound reached")
+			r.Anchor = "a"
+			made["NewRefusal"] = r
+		}
+		for how, err := range made {
+			for _, wrapped := range []error{err, fmt.Errorf("context: %w", err)} {
+				var e *Error
+				if !errors.As(wrapped, &e) || e.Code != code {
+					t.Errorf("%s %s (%T): errors.As with *Error: %v", code, how, wrapped, e)
+					continue
+				}
+				if CodeOf(wrapped) != code || !errors.Is(wrapped, sentinel[code]) {
+					t.Errorf("%s %s: CodeOf %q, Is its sentinel %v", code, how, CodeOf(wrapped), errors.Is(wrapped, sentinel[code]))
+				}
+				if how != "NewRefusal" {
+					continue
+				}
+				var re *RefusalError
+				if !errors.As(wrapped, &re) || re.RetryAfter != 250*time.Millisecond {
+					t.Errorf("%s refusal: errors.As with *RefusalError: %v", code, re)
+				}
+				if e.Anchor != "a" || !strings.Contains(e.Error(), "bound reached") || !strings.Contains(e.Error(), "retry after 250ms") {
+					t.Errorf("%s refusal as *Error: anchor %q, %q", code, e.Anchor, e.Error())
+				}
+			}
 		}
 	}
 }
