@@ -169,7 +169,7 @@ func TestVerifyLogProveBesideAWriterProcess(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "db")
 	pid, stop := startWriter(t, dir)
 	get := runCLI(t, "--dir", dir, "get", "k1", "--json")
-	wantCode(t, get, exitUsage)
+	wantExit(t, get, exitUsage)
 	e := obj(t, get.stdout)["error"].(map[string]any)
 	if e["code"] != "STATE_001" || !strings.Contains(e["message"].(string), fmt.Sprintf("pid %d", pid)) ||
 		!strings.Contains(e["message"].(string), "verify, log, prove") {
@@ -365,7 +365,7 @@ func TestReadOnlyFlagWritesNothing(t *testing.T) {
 	}
 	mustRun(t, "--dir", dir, "verify", "--read-only")
 	r := runCLI(t, "--dir", dir, "--read-only", "put", "a", "k", "w", "--json")
-	wantCode(t, r, exitUsage)
+	wantExit(t, r, exitUsage)
 	if e := obj(t, r.stdout)["error"].(map[string]any); e["code"] != "IO_001" || !strings.Contains(e["message"].(string), "read-only") {
 		t.Fatalf("put --read-only: %v", r)
 	}

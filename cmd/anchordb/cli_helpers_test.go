@@ -99,7 +99,9 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-func wantCode(t *testing.T, r result, code int) {
+// wantExit requires the run to have exited with code (README: 0 ok, 1 an
+// integrity or conflict finding, 2 usage, I/O or bad input).
+func wantExit(t *testing.T, r result, code int) {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("want exit %d, got %v", code, r)

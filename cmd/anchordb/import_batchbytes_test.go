@@ -11,8 +11,8 @@ import (
 
 // TestImportBatchesBoundedByBytes: a batch ends at --batch lines or at
 // importBatchBytes of keys and values, whichever comes first, so an import
-// of large values holds a bounded amount of them (stop 18's review: 1,000
-// lines of 16 MiB values were held at once). Each batch is one commit group
+// of large values holds a bounded amount of them (without the byte bound,
+// 1,000 lines of 16 MiB values are held at once). Each batch is one commit group
 // here (one writer), which the engine's metrics count.
 func TestImportBatchesBoundedByBytes(t *testing.T) {
 	defer func(v int64) { importBatchBytes = v }(importBatchBytes)

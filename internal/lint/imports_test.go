@@ -4,6 +4,8 @@ package lint
 
 import (
 	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -43,8 +45,14 @@ var layers = map[string][]string{
 		"internal/errs", "internal/journal", "internal/jsonobj"},
 }
 
+// testOnly are the packages that hold test helpers: any package's tests may
+// import them (within its layer), no package's code may. Each still needs
+// its place in layers.
+var testOnly = map[string]bool{}
+
 // TestImports checks every package's imports, its tests' included, against
-// layers: lower layers never import higher ones.
+// layers: lower layers never import higher ones. A package of testOnly may
+// appear only among a package's test imports.
 func TestImports(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -94,6 +102,11 @@ func TestImports(t *testing.T) {
 				t.Errorf("%s imports %s, which its layer may not", rel, dep)
 			}
 		}
+		for _, imp := range pkg.Imports {
+			if dep, inModule := strings.CutPrefix(imp, module); inModule && testOnly[dep] {
+				t.Errorf("%s imports the test-only package %s outside its tests", rel, dep)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -104,5 +117,32 @@ func TestImports(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("the module root was not found at %s: %v", root, err)
+	}
+}
+
+// TestOnlyTheBenchCommandImportsTheHarness keeps the benchmark harness the
+// library of `anchordb bench` alone: the other commands carry no benchmark
+// code, and what they share with the harness lives below both. layers lets
+// cmd/anchordb import bench/harness; this narrows it to bench.go.
+func TestOnlyTheBenchCommandImportsTheHarness(t *testing.T) {
+	dir := filepath.Join("..", "..", "cmd", "anchordb")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no Go files in %s", dir)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		parsed, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range parsed.Imports {
+			if imp.Path.Value == `"`+module+`bench/harness"` && filepath.Base(f) != "bench.go" {
+				t.Errorf("%s imports bench/harness: only bench.go, the bench command, may", f)
+			}
+		}
 	}
 }

@@ -7,12 +7,12 @@ import (
 	"testing"
 )
 
-// TestReview5SnapshotListSaysWhatIsAudited: snapshot list showed every
-// well-formed file in snapshots/ alike, so a file dropped there looked like
-// one of the database's snapshots, which compaction would count. Each
-// readable snapshot now says whether the audit log records it as the
-// database's ("audited"; an AUDITED column).
-func TestReview5SnapshotListSaysWhatIsAudited(t *testing.T) {
+// TestSnapshotListSaysWhatIsAudited: each readable snapshot says whether
+// the audit log records it as the database's ("audited"; an AUDITED
+// column). Listing every well-formed file in snapshots/ alike would make a
+// file dropped there look like one of the database's snapshots, which
+// compaction would count.
+func TestSnapshotListSaysWhatIsAudited(t *testing.T) {
 	dir := t.TempDir()
 	fillDB(t, dir, []string{"dev-1"}, 10)
 	own := str(t, obj(t, mustRun(t, "--dir", dir, "--json", "snapshot", "create").stdout), "path")
