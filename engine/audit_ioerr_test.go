@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -212,7 +213,7 @@ func TestRebuildAuditLogReadErrors(t *testing.T) {
 		if i == 1000 {
 			t.Fatal("a rebuild still reads the audit log after 1000 operations")
 		}
-		state := crashClone(mem, vfs.CrashCloneCfg{})
+		state := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 		if err := state.RemoveAll("db/" + IndexDir); err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -67,13 +68,13 @@ func TestManyAnchorsUnderDescriptorLimit(t *testing.T) {
 		manyAnchorsChild(t, spec)
 		return
 	}
-	if _, ok := openFDs(); !ok {
+	if _, ok := testutil.OpenFDs(); !ok {
 		t.Skip("counting descriptors needs /proc/self/fd")
 	}
 	anchors := 100_000
 	if testing.Short() {
 		anchors = 10_000
-		if raceEnabled {
+		if testutil.RaceEnabled {
 			anchors = 5_000
 		}
 	}
@@ -154,7 +155,7 @@ func manyAnchorsChild(t *testing.T, spec string) {
 	go func() { // the descriptors open, all along (settles and closes too)
 		defer close(sampled)
 		for {
-			if n, ok := openFDs(); ok && int64(n) > maxFDs.Load() {
+			if n, ok := testutil.OpenFDs(); ok && int64(n) > maxFDs.Load() {
 				maxFDs.Store(int64(n))
 			}
 			select {
@@ -231,12 +232,12 @@ func occupyFDs(t *testing.T) func() {
 // write completes and appends are taken. Before, the failed open stopped
 // every write (IO_001) until the database was reopened.
 func TestDescriptorPressureRefusesAppendsAndRecovers(t *testing.T) {
-	if _, ok := openFDs(); !ok {
+	if _, ok := testutil.OpenFDs(); !ok {
 		t.Skip("counting descriptors needs /proc/self/fd")
 	}
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "db")
-	defer lowerFDLimit(t, 64)()
+	defer testutil.LowerFDLimit(t, 64)()
 	db, err := Open(dir, Options{FS: vfs.Default, FileCacheSize: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +295,7 @@ func TestDescriptorPressureRefusesAppendsAndRecovers(t *testing.T) {
 // TestDescriptorPressureOnReadIsRetryable: a read that finds no descriptor
 // free is refused with CAP_001 and a RetryAfter, not an I/O failure.
 func TestDescriptorPressureOnReadIsRetryable(t *testing.T) {
-	if _, ok := openFDs(); !ok {
+	if _, ok := testutil.OpenFDs(); !ok {
 		t.Skip("counting descriptors needs /proc/self/fd")
 	}
 	ctx := context.Background()
@@ -311,7 +312,7 @@ func TestDescriptorPressureOnReadIsRetryable(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	defer lowerFDLimit(t, 64)()
+	defer testutil.LowerFDLimit(t, 64)()
 	ro, err := Open(dir, Options{FS: vfs.Default, ReadOnly: true, FileCacheSize: 4})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -38,7 +39,7 @@ func BenchmarkAnchorFootprint(b *testing.B) {
 	if os.Getenv(footprintEnv) != "" {
 		b.Skip("the child runs from TestAnchorFootprintChild")
 	}
-	if _, ok := openFDs(); !ok {
+	if _, ok := testutil.OpenFDs(); !ok {
 		b.Skip("needs /proc/self")
 	}
 	for _, anchors := range []int{10_000, 100_000} {
@@ -115,7 +116,7 @@ func TestAnchorFootprintChild(t *testing.T) {
 		debug.FreeOSMemory()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		fds, _ = openFDs()
+		fds, _ = testutil.OpenFDs()
 		fdsMax = max(fdsMax, fds)
 		return rssMiB(t), m.HeapAlloc, fds
 	}
@@ -137,7 +138,7 @@ func TestAnchorFootprintChild(t *testing.T) {
 		if _, err := db.AppendBatch(ctx, es); err != nil {
 			t.Fatal(err)
 		}
-		if fds, ok := openFDs(); ok {
+		if fds, ok := testutil.OpenFDs(); ok {
 			fdsMax = max(fdsMax, fds)
 		}
 	}
@@ -151,7 +152,7 @@ func TestAnchorFootprintChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%1000 == 0 {
-			if fds, ok := openFDs(); ok {
+			if fds, ok := testutil.OpenFDs(); ok {
 				fdsMax = max(fdsMax, fds)
 			}
 		}

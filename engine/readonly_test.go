@@ -18,6 +18,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -342,7 +343,9 @@ func uncleanCopy(t *testing.T) (vfs.FS, string, []Receipt) {
 		}
 	}
 	copyFS := vfs.NewMem()
-	copyTree(t, fs, "db", copyFS, "db")
+	if err := testutil.CopyTree(fs, "db", copyFS, "db"); err != nil {
+		t.Fatal(err)
+	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -617,7 +620,7 @@ func TestFilesCheckPassesOverForeignJournalFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeMemFile(fs, "db/journal/"+journal.FileName(1), old)
+	testutil.WriteFile(fs, "db/journal/"+journal.FileName(1), old)
 	ro, err := Open("db", Options{FS: fs, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -789,7 +792,7 @@ func markUnclean(t *testing.T, fs vfs.FS, dir string) {
 func appendBytes(t *testing.T, fs vfs.FS, path string, b []byte) {
 	t.Helper()
 	data := readAll(t, fs, path)
-	writeMemFile(fs, path, append(data, b...))
+	testutil.WriteFile(fs, path, append(data, b...))
 }
 
 // TestFilesCheckReadsDamageAgain: what a first read of the files finds
@@ -821,7 +824,7 @@ func TestFilesCheckReadsDamageAgain(t *testing.T) {
 		testBeforeRecheck = func() {
 			reread++
 			if restore {
-				writeMemFile(fs, older, good) // the rewrite finished
+				testutil.WriteFile(fs, older, good) // the rewrite finished
 			}
 		}
 		ro, err := Open("db", Options{FS: fs, ReadOnly: true})
@@ -839,7 +842,7 @@ func TestFilesCheckReadsDamageAgain(t *testing.T) {
 		if !restore && (rep.OK || len(rep.Failures) != 1) {
 			t.Fatalf("damage both reads found: %+v", rep)
 		}
-		writeMemFile(fs, older, good)
+		testutil.WriteFile(fs, older, good)
 	}
 }
 
@@ -939,7 +942,7 @@ func TestFilesCheckpointBeyondTheFilesIsAFinding(t *testing.T) {
 	sort.Strings(names)
 	newest := fs.PathJoin(adir, names[len(names)-1])
 	data := readAll(t, fs, newest)
-	writeMemFile(fs, newest, data[:len(data)-40]) // the last record cut short
+	testutil.WriteFile(fs, newest, data[:len(data)-40]) // the last record cut short
 	ro, err := Open("db", Options{FS: fs, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -287,7 +288,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 			}
 			if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 				mu.Lock()
-				clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
+				clones = append(clones, testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
 				mu.Unlock()
 			}
 			return nil
@@ -308,7 +309,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 		}
 		t.Logf("%d crash points", len(clones))
 		for i, c := range clones {
-			if i%raceStride(8) != 0 && i != len(clones)-1 {
+			if i%testutil.RaceStride(8) != 0 && i != len(clones)-1 {
 				continue
 			}
 			checkAfterRebuild(t, c, want, fmt.Sprintf("crash point %d", i))
@@ -465,7 +466,7 @@ func TestAbandonedRebuildLeavesNothingRunning(t *testing.T) {
 		}
 		return nil
 	})
-	opts := Options{FS: errorfs.Wrap(lockOrdered(mem), inj)}
+	opts := Options{FS: errorfs.Wrap(testutil.LockOrdered(mem), inj)}
 	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 	if err != nil {
 		t.Fatal(err)
@@ -505,8 +506,11 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 		ctx := context.Background()
 		pristine := vfs.NewMem()
 		want := snapshotWithTail(t, pristine, 100)
-		for i := 0; ; i += raceStride(6) {
-			mem := cloneMemFS(t, pristine)
+		for i := 0; ; i += testutil.RaceStride(6) {
+			mem := vfs.NewMem()
+			if err := testutil.CopyTree(pristine, "", mem, ""); err != nil {
+				t.Fatal(err)
+			}
 			var n atomic.Int64
 			var fired atomic.Bool
 			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
@@ -519,7 +523,7 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 				}
 				return nil
 			})
-			opts := fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj))
+			opts := fixtureOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj))
 			_, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 			if err != nil && errs.CodeOf(err) == "" {
 				t.Fatalf("op %d: an uncoded error: %v", i, err)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -35,13 +36,13 @@ func TestSnapshotOfNoSyncAppendsSurvivesPowerLoss(t *testing.T) {
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 			mu.Lock()
-			clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{})) // every unsynced byte lost
+			clones = append(clones, testutil.CrashClone(mem, vfs.CrashCloneCfg{})) // every unsynced byte lost
 			mu.Unlock()
 		}
 		return nil
 	})
 	opts := Options{SegmentSize: 4096}
-	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), opts)
+	db := mustOpen(t, errorfs.Wrap(testutil.LockOrdered(mem), inj), opts)
 	for i := 0; i < 20; i++ {
 		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%02d", i)), []byte("synced")); err != nil {
 			t.Fatal(err)

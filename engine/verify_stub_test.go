@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -94,15 +95,15 @@ func TestVerifyTruncatedLog(t *testing.T) {
 
 	// A damaged stub.
 	path := stubs["a1"][0]
-	orig, _ := tamperRead(fs, path)
+	orig, _ := testutil.ReadFile(fs, path)
 	bad := slices.Clone(orig)
 	bad[len(bad)/2] ^= 1
-	tamperWrite(fs, path, bad)
+	testutil.WriteFile(fs, path, bad)
 	rep := wantFinding(t, db, errs.CodeHashMismatch, "a1", 1, "segment stub")
 	if rep.Failures[0].File != path || rep.Failures[0].Offset != 0 {
 		t.Fatalf("stub finding %+v", rep.Failures[0])
 	}
-	tamperWrite(fs, path, orig)
+	testutil.WriteFile(fs, path, orig)
 	db = operatorRepair(t, db, fs, opts)
 	// Verify loads every anchor's head and tree, before the rows below
 	// are altered under it.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	merkleproof "github.com/transparency-dev/merkle/proof"
 )
@@ -239,7 +240,7 @@ func TestVerifyJSON(t *testing.T) {
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := VerifyJSON(c.data)
-			wantCode(t, err, c.code)
+			testutil.WantCode(t, err, c.code)
 		})
 	}
 
@@ -263,7 +264,7 @@ func TestVerifyProofFunctionsRejectEveryChangedByte(t *testing.T) {
 			b[i] ^= 1
 			err := verify()
 			b[i] ^= 1
-			wantCode(t, err, errs.CodeHashMismatch)
+			testutil.WantCode(t, err, errs.CodeHashMismatch)
 			_ = what
 		}
 		if err := verify(); err != nil {
@@ -316,7 +317,7 @@ func TestVerifyConsistencyEdgeCases(t *testing.T) {
 			}
 			continue
 		}
-		wantCode(t, err, c.code)
+		testutil.WantCode(t, err, c.code)
 	}
 }
 
@@ -475,7 +476,7 @@ func TestProofErrorsAreOneLine(t *testing.T) {
 		"consistency":           VerifyConsistencyProof(con),
 		"consistency from zero": VerifyConsistencyProof(empty),
 	} {
-		wantCode(t, err, errs.CodeHashMismatch)
+		testutil.WantCode(t, err, errs.CodeHashMismatch)
 		var rm merkleproof.RootMismatchError
 		if !errors.As(err, &rm) {
 			t.Errorf("%s: %v does not wrap RootMismatchError", name, err)

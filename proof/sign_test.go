@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"golang.org/x/mod/sumdb/note"
 )
 
@@ -67,7 +68,7 @@ func TestOpenCheckpointRefusesAlteredSignatureLines(t *testing.T) {
 				t.Fatalf("note.Open: %v (the case no longer shows what it is for)", err)
 			}
 			_, err := OpenCheckpoint(tc.msg, vkey)
-			wantCode(t, err, errs.CodeSignatureInvalid)
+			testutil.WantCode(t, err, errs.CodeSignatureInvalid)
 			var invalid *note.InvalidSignatureError
 			if !errors.As(err, &invalid) || invalid.Name != "anchordb-test" {
 				t.Errorf("AUTH_003 without a note.InvalidSignatureError naming the key as its cause: %v", err)

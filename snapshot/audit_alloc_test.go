@@ -11,6 +11,7 @@ import (
 	"testing/iotest"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -77,7 +78,7 @@ func TestAuditScanLineBounds(t *testing.T) {
 		writeFile(t, fs, auditPath, c.data)
 		head, err := VerifyAudit(fs, auditPath)
 		if c.err {
-			e := wantCode(t, err, errs.CodeChainBroken)
+			e := testutil.WantCode(t, err, errs.CodeChainBroken)
 			if e.Seq != c.lines+1 || !strings.Contains(e.Message, "longer than") {
 				t.Fatalf("%s: %v; want INT_002 at line %d, too long", c.name, err, c.lines+1)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 )
 
@@ -155,7 +156,7 @@ func TestPlanCompaction(t *testing.T) {
 			c.in.Now = planNow
 			plan, err := PlanCompaction(c.in)
 			if c.wantError != "" {
-				wantCode(t, err, c.wantError)
+				testutil.WantCode(t, err, c.wantError)
 				return
 			}
 			if err != nil {
@@ -178,7 +179,7 @@ func TestPlanCompaction(t *testing.T) {
 		})
 	}
 	_, err := PlanCompaction(PlanInput{Policy: DefaultPolicy()})
-	wantCode(t, err, errs.CodeInvalidInput)
+	testutil.WantCode(t, err, errs.CodeInvalidInput)
 }
 
 // checkPlanInvariants holds for every plan: create comes first, the newest

@@ -29,12 +29,13 @@ var layers = map[string][]string{
 	"internal/fsutil":     nil,
 	"internal/journal":    {"internal/errs", "internal/fsutil"},
 	"internal/lint":       nil,
+	"internal/testutil":   {"internal/errs", "segment"},
 	"segment":             {"internal/errs"},
 	"merge":               {"segment", "internal/errs", "internal/jsonobj"},
-	"snapshot":            {"segment", "internal/errs", "internal/jsonobj", "internal/fsutil"},
-	"proof":               {"segment", "internal/errs", "internal/jsonobj"},
+	"snapshot":            {"segment", "internal/errs", "internal/jsonobj", "internal/fsutil", "internal/testutil"},
+	"proof":               {"segment", "internal/errs", "internal/jsonobj", "internal/testutil"},
 	"engine": {"merge", "snapshot", "proof", "segment",
-		"internal/errs", "internal/journal", "internal/invariants", "internal/fsutil"},
+		"internal/errs", "internal/journal", "internal/invariants", "internal/fsutil", "internal/testutil"},
 	"outbox":        {"engine", "segment", "snapshot", "proof", "internal/errs", "internal/jsonobj"},
 	"bench/harness": {"engine", "merge", "snapshot", "proof", "segment", "internal/errs"},
 	"bench": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
@@ -42,13 +43,13 @@ var layers = map[string][]string{
 	"cmd/anchordb": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
 		"internal/errs", "internal/jsonobj"},
 	"fuzz": {"engine", "merge", "snapshot", "proof", "segment",
-		"internal/errs", "internal/journal", "internal/jsonobj"},
+		"internal/errs", "internal/journal", "internal/jsonobj", "internal/testutil"},
 }
 
 // testOnly are the packages that hold test helpers: any package's tests may
 // import them (within its layer), no package's code may. Each still needs
 // its place in layers.
-var testOnly = map[string]bool{}
+var testOnly = map[string]bool{"internal/testutil": true}
 
 // TestImports checks every package's imports, its tests' included, against
 // layers: lower layers never import higher ones. A package of testOnly may

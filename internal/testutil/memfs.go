@@ -1,4 +1,4 @@
-package engine
+package testutil
 
 import (
 	"io"
@@ -7,34 +7,35 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// memCloneMu orders MemFS.Lock against CrashClone. Pebble's MemFS.Lock
+// cloneMu orders MemFS.Lock against CrashClone. Pebble's MemFS.Lock
 // read-locks the MemFS's clone mutex and then read-locks it again inside
 // its Create; a CrashClone between the two waits for the first read lock
 // and, waiting, blocks the second (Go's RWMutex lets no new reader past a
 // waiting writer). Every test that clones from a write hook while a Pebble
 // store opens on the same MemFS (verify's scratch store, a snapshot
-// replay's) could deadlock so: TestCompactCrashAtEveryWrite hung twice in
-// a few dozen runs. Clones and locks taken through crashClone and
-// lockOrdered never overlap.
-var memCloneMu sync.Mutex
+// replay's) could deadlock so: engine's TestCompactCrashAtEveryWrite hung
+// twice in a few dozen runs without it. Clones and locks taken through
+// CrashClone and LockOrdered never overlap.
+var cloneMu sync.Mutex
 
-// crashClone is mem.CrashClone(cfg), never inside a MemFS.Lock.
-func crashClone(mem *vfs.MemFS, cfg vfs.CrashCloneCfg) *vfs.MemFS {
-	memCloneMu.Lock()
-	defer memCloneMu.Unlock()
+// CrashClone is mem.CrashClone(cfg), never inside a MemFS.Lock taken
+// through LockOrdered.
+func CrashClone(mem *vfs.MemFS, cfg vfs.CrashCloneCfg) *vfs.MemFS {
+	cloneMu.Lock()
+	defer cloneMu.Unlock()
 	return mem.CrashClone(cfg)
 }
 
-// lockOrdered wraps fs so its Lock never overlaps a crashClone. It goes
-// under any wrapper whose hooks clone (errorfs.Wrap(lockOrdered(mem), inj)):
+// LockOrdered wraps fs so its Lock never overlaps a CrashClone. It goes
+// under any wrapper whose hooks clone (errorfs.Wrap(LockOrdered(mem), inj)):
 // a hook run from inside the Lock would wait for itself.
-func lockOrdered(fs vfs.FS) vfs.FS { return lockOrderedFS{fs} }
+func LockOrdered(fs vfs.FS) vfs.FS { return lockOrderedFS{fs} }
 
 type lockOrderedFS struct{ vfs.FS }
 
 func (fs lockOrderedFS) Lock(name string) (io.Closer, error) {
-	memCloneMu.Lock()
-	defer memCloneMu.Unlock()
+	cloneMu.Lock()
+	defer cloneMu.Unlock()
 	return fs.FS.Lock(name)
 }
 

@@ -1,6 +1,6 @@
 //go:build unix
 
-package engine
+package testutil
 
 import (
 	"os"
@@ -11,8 +11,9 @@ import (
 	"testing"
 )
 
-// openFDs counts this process's open descriptors (Linux only).
-func openFDs() (int, bool) {
+// OpenFDs counts this process's open descriptors (Linux only: ok is false
+// elsewhere).
+func OpenFDs() (n int, ok bool) {
 	if runtime.GOOS != "linux" {
 		return 0, false
 	}
@@ -20,9 +21,9 @@ func openFDs() (int, bool) {
 	return len(ents), err == nil
 }
 
-// openSegmentFDs counts this process's descriptors open on segment files
-// under dir (Linux only).
-func openSegmentFDs(dir string) (int, bool) {
+// OpenSegmentFDs counts this process's descriptors open on segment files
+// under dir (Linux only: ok is false elsewhere).
+func OpenSegmentFDs(dir string) (n int, ok bool) {
 	if runtime.GOOS != "linux" {
 		return 0, false
 	}
@@ -30,7 +31,6 @@ func openSegmentFDs(dir string) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	n := 0
 	for _, e := range ents {
 		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
 		if err == nil && strings.HasPrefix(target, dir) && strings.HasSuffix(target, ".seg") {
@@ -40,10 +40,11 @@ func openSegmentFDs(dir string) (int, bool) {
 	return n, true
 }
 
-// lowerFDLimit lowers the soft limit on open descriptors to the number open
-// now plus spare, and returns the function that restores it.
-func lowerFDLimit(t *testing.T, spare int) func() {
-	n, ok := openFDs()
+// LowerFDLimit lowers the soft limit on open descriptors to the number open
+// now plus spare, and returns the function that restores it. Where the
+// count or the limit cannot be had, it changes nothing.
+func LowerFDLimit(t testing.TB, spare int) (restore func()) {
+	n, ok := OpenFDs()
 	if !ok {
 		return func() {}
 	}
