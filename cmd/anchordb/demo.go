@@ -65,7 +65,12 @@ Exit 1 if a check fails.`,
 		fs.IntVar(&cfg.records, "records", 500, "records each writer appends")
 		fs.BoolVar(&cfg.keep, "keep", false, "keep the temporary database directory")
 		fs.Int64Var(&cfg.segmentSize, "segment-size", 0, "segment size in bytes (at least 1024; default: sized so every anchor seals several segments)")
-		return func(e *env, _ []string) error { return runDemo(e, cfg) }
+		return func(e *env, _ []string) error {
+			if e.g.readOnly {
+				return usagef("demo", "demo writes a database of its own: --read-only does not apply")
+			}
+			return runDemo(e, cfg)
+		}
 	},
 }
 

@@ -47,7 +47,7 @@ a compaction's cut, is STATE_003 (exit 1).`,
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -114,7 +114,7 @@ var historyCmd = &command{
 	minArgs: 1, maxArgs: 1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		return func(e *env, args []string) error {
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -154,7 +154,7 @@ var scanCmd = &command{
 			if limit < 0 {
 				return usagef("scan", "--limit must not be negative")
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -209,7 +209,7 @@ a --from past the last record prints nothing.
 			if err := segment.ValidateAnchorID(args[0]); err != nil {
 				return err
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}

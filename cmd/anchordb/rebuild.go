@@ -41,7 +41,7 @@ rebuild found and did (adopted records, state_from_snapshot, snapshot_skipped, â
 			// NB: the rebuild takes the database's lock and opens it itself;
 			// this command must not hold it open.
 			// The recovery report is printed below: the logger keeps to errors.
-			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}}
+			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}, ReadOnly: e.g.readOnly}
 			bar := e.newProgress()
 			if apply {
 				bar.update("rebuild-index: rebuilding the index of %s", e.g.dir)

@@ -163,7 +163,7 @@ func frontierRecords(f snapshot.Frontier) uint64 {
 }
 
 func snapshotList(e *env) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ type snapshotFailureJSON struct {
 }
 
 func snapshotVerify(e *env, names []string) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
