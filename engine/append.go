@@ -156,6 +156,13 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if err != nil || done {
 		return rs, err
 	}
+	if c.records > 0 {
+		// A segment write waiting for a file descriptor: refused now,
+		// retryable, rather than queued behind it (fdbudget.go).
+		if err := db.fdRefusal(); err != nil {
+			return nil, err
+		}
+	}
 	if err := db.adm.acquire(ctx, &c, db.opts.RefuseWhenFull); err != nil {
 		return nil, err
 	}
@@ -269,6 +276,9 @@ func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte)
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return Receipt{}, false, err
 	}
+	if db.filesOnly() {
+		return Receipt{}, false, db.ro.noIndex
+	}
 	e, found, _, err := db.knownIdem(anchor, key)
 	if err != nil || !found {
 		return Receipt{}, false, err
@@ -309,6 +319,9 @@ func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *cost) {
 func (db *DB) writable() error {
 	if db.closed.Load() {
 		return errClosed
+	}
+	if db.ro != nil {
+		return db.ro.refuseWrite(db.dir)
 	}
 	if f := db.failed.Load(); f != nil {
 		return f

@@ -82,6 +82,9 @@ func (r CompactionResult) NetBytes() int64 { return r.RemovedBytes - r.StubBytes
 // Compact plans a compaction under policy and, with opts.Apply, applies it.
 func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
 	var res CompactionResult
+	if db.ro != nil && opts.Apply {
+		return res, db.ro.refuseWrite(db.dir)
+	}
 	// A compaction settles through group commit and writes the index:
 	// Close waits for it, as for an append, and then for its reads.
 	if err := db.adm.enter(); err != nil {

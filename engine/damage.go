@@ -45,6 +45,9 @@ type damageQueue struct {
 // disagrees with the segments (INT_004) is a projection to rebuild, and an
 // I/O error says nothing about the bytes.
 func (db *DB) noteDamage(id string, e *errs.Error) {
+	if db.ro != nil {
+		return // a read-only open records nothing: the next check finds it again
+	}
 	if e == nil || (e.Code != errs.CodeHashMismatch && e.Code != errs.CodeChainBroken) {
 		return
 	}

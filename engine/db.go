@@ -156,16 +156,29 @@ type DB struct {
 	// unreadable index aside; gate holds corruption reports until Open ends.
 	retry *indexRetry
 	gate  openGate
+	// ro is set by a read-only open (readonly.go).
+	ro *readOnly
+	// fdPressure is, in Unix ns, until when appends are refused because a
+	// write waits for a file descriptor (fdbudget.go); 0: none.
+	fdPressure atomic.Int64
+
+	// testVerifyPrepared, when set (by tests), runs in Verify once it has
+	// taken its index snapshot, before it reads any file.
+	testVerifyPrepared func()
 }
 
 // Open opens (creating if needed) the database in dir for reading and
 // writing. It takes the directory's write lock (STATE_001 if another process
 // holds it) and recovers from any crash before returning: see
-// DB.RecoveryReport for what recovery did.
+// DB.RecoveryReport for what recovery did. With Options.ReadOnly it opens
+// an existing database without the lock and writes nothing (readonly.go).
 func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if opts.ReadOnly {
+		return openReadOnly(dir, opts)
 	}
 	fs := opts.FS
 	made := missingDirs(fs, dir)
@@ -755,6 +768,9 @@ func (db *DB) Close() error {
 
 // shut is Close but for the release of the lock.
 func (db *DB) shut() error {
+	if db.ro != nil {
+		return db.shutReadOnly()
+	}
 	db.adm.drain()
 	close(db.stopBg)
 	// The settle loop may be inside a settle whose mark is queued for the

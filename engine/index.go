@@ -110,10 +110,16 @@ func (db *DB) openIndex() (err error) {
 			}
 		}}
 	po.EnsureDefaults()
+	if db.opts.indexFiles > 0 {
+		po.MaxOpenFiles = db.opts.indexFiles // the descriptor budget (fdbudget.go)
+	}
 	if db.opts.PebbleOptions != nil {
 		db.opts.PebbleOptions(po)
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
+	if db.ro != nil {
+		db.readOnlyPebble(po)
+	}
 	db.pebbleOpts = po
 	if r := db.retry; r != nil {
 		where := "it was moved to " + r.aside

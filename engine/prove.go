@@ -119,6 +119,9 @@ func (t *treeReader) sameAsMemory(size uint64, root segment.Hash) error {
 // index. An unknown anchor, a size beyond the anchor's or a
 // seq beyond the size is STATE_003; seq 0 or a bad anchor id INPUT_001.
 func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint64) (*proof.InclusionProof, error) {
+	if db.filesOnly() {
+		return db.fileProveInclusion(ctx, anchor, seq, size) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return nil, err
 	}
@@ -156,6 +159,9 @@ func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint6
 // both roots, in the SPEC §10 shape. oldSize > newSize is INPUT_001; an
 // unknown anchor or a size beyond the anchor's STATE_003.
 func (db *DB) ProveConsistency(ctx context.Context, anchor string, oldSize, newSize uint64) (*proof.ConsistencyProof, error) {
+	if db.filesOnly() {
+		return db.fileProveConsistency(ctx, anchor, oldSize, newSize) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return nil, err
 	}
@@ -186,6 +192,9 @@ func (db *DB) ProveConsistency(ctx context.Context, anchor string, oldSize, newS
 // an older one from the index. An unknown anchor or a size beyond the
 // anchor's is STATE_003.
 func (db *DB) AnchorRoot(ctx context.Context, anchor string, size uint64) (segment.Hash, uint64, error) {
+	if db.filesOnly() {
+		return db.fileAnchorRoot(ctx, anchor, size) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return segment.Hash{}, 0, err
 	}

@@ -316,6 +316,13 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 // against its hash. A record a compaction removed is the copy it kept (a
 // key's last record in the removed segment), or STATE_003.
 func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (Record, error) {
+	if db.filesOnly() {
+		rec, err := db.fileRecord(ctx, anchor, seq) // a read-only open without the index
+		if err != nil {
+			return Record{}, err
+		}
+		return newRecord(&rec), nil
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return Record{}, err
 	}
@@ -356,6 +363,16 @@ func (db *DB) record(ctx context.Context, anchor string, seq uint64) (segment.Re
 // after the run. An anchor the database does not hold is STATE_003.
 func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
+		if db.filesOnly() {
+			// A read-only open without the index.
+			db.fileLog(ctx, anchor, from, to, func(rec segment.Record, err error) bool {
+				if err != nil {
+					return yield(Record{}, err)
+				}
+				return yield(newRecord(&rec), nil)
+			})
+			return
+		}
 		if err := db.beginRead(ctx); err != nil {
 			yield(Record{}, err)
 			return
@@ -631,6 +648,9 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 			}
 			if fsutil.IsEntryError(err) {
 				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
+			}
+			if isFDPressure(err) {
+				return segment.Record{}, fdReadRefusal(path, err) // retryable: no descriptor now
 			}
 			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 		}

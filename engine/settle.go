@@ -39,6 +39,13 @@ type settleMark struct {
 // rotateForSettle runs in the leader for a group carrying settle marks.
 func (db *DB) rotateForSettle(g *group) error {
 	pos, err := db.journal.Rotate()
+	if err != nil && isFDPressure(err) {
+		// Nothing is written until the new file exists: try again.
+		err = db.waitDescriptor(func() (err error) {
+			pos, err = db.journal.Rotate()
+			return err
+		})
+	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "rotate journal")
 	}
@@ -157,6 +164,12 @@ func (db *DB) syncPaths(files, dirs []string) error {
 	slices.Sort(files)
 	for _, p := range files {
 		f, err := db.fs.Open(p)
+		if err != nil && isFDPressure(err) {
+			err = db.waitDescriptor(func() (err error) {
+				f, err = db.fs.Open(p)
+				return err
+			})
+		}
 		if err != nil {
 			if oserrorIsNotExist(err) {
 				continue // rewritten or removed since; its replacement was synced
@@ -181,6 +194,12 @@ func (db *DB) syncPaths(files, dirs []string) error {
 
 func (db *DB) syncDir(d string) error {
 	f, err := db.fs.OpenDir(d)
+	if err != nil && isFDPressure(err) {
+		err = db.waitDescriptor(func() (err error) {
+			f, err = db.fs.OpenDir(d)
+			return err
+		})
+	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open directory %s to sync", d)
 	}

@@ -66,7 +66,8 @@ func (db *DB) createSnapshotAudited(ctx context.Context, entry snapshot.AuditEnt
 // filesystem (an export, or a benchmark that leaves the disk out). A
 // snapshot written elsewhere is not one the database uses.
 func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef string) (snapshot.Info, error) {
-	if err := db.writable(); err != nil && !errors.Is(err, errClosed) {
+	// NB: it writes nothing of the database's: a read-only open exports too.
+	if err := db.writable(); err != nil && !errors.Is(err, errClosed) && !errors.Is(err, ErrReadOnly) {
 		return snapshot.Info{}, err
 	}
 	if err := db.beginRead(ctx); err != nil {
@@ -516,6 +517,9 @@ func (db *DB) lastInMergedOrder(f merge.Frontier) (mergedPos, error) {
 // of its own under the database's tmp directory (which Open clears, should
 // a process end before done runs); done closes and removes it.
 func (db *DB) openScratch(purpose string) (store *pebble.DB, done func(), err error) {
+	if db.ro != nil {
+		return db.openScratchOutside(purpose) // nothing under a read-only database
+	}
 	var tag [8]byte
 	_, _ = rand.Read(tag[:])
 	dir := db.fs.PathJoin(db.dir, "tmp", purpose+"-"+hex.EncodeToString(tag[:]))

@@ -127,6 +127,10 @@ type VerifyReport struct {
 	Records  uint64    `json:"records"`
 	Bytes    int64     `json:"bytes"`
 	Failures []Finding `json:"failures"`
+	// Files is set when the check read the files alone, without the index
+	// (a read-only open that cannot use it): what it did not cover, and
+	// where newest segments ended early (fileverify.go).
+	Files *FilesCheck `json:"files,omitempty"`
 }
 
 // Verify checks the database (or the anchors opts names) and reports what it
@@ -136,6 +140,9 @@ type VerifyReport struct {
 func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, error) {
 	if db.closed.Load() {
 		return VerifyReport{}, errClosed
+	}
+	if db.filesOnly() {
+		return db.verifyFiles(ctx, opts) // a read-only open without the index
 	}
 	if err := db.beginRead(ctx); err != nil {
 		return VerifyReport{}, err
@@ -168,6 +175,9 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if err := v.prepare(); err != nil {
 		v.close()
 		return VerifyReport{}, err
+	}
+	if db.testVerifyPrepared != nil {
+		db.testVerifyPrepared()
 	}
 	err := v.run()
 	v.close()
@@ -203,6 +213,7 @@ type verifier struct {
 	hist     *histCheck            // the state at histFrom, when this run checks it
 
 	removing bool // holds db.removing (read)
+	files    bool // a check from the files alone (fileverify.go)
 
 	mu          sync.Mutex
 	findings    []Finding

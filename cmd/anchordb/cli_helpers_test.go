@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		signalHelper(os.Getenv(signalHelperEnv)) // a child of TestSecondSignalExitsAtOnce
 		return
 	}
+	if dir := os.Getenv(writerHelperEnv); dir != "" {
+		writerHelper(dir) // a child of TestVerifyLogProveBesideAWriterProcess
+		return
+	}
 	dir, err := os.MkdirTemp("", "anchordb-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -54,7 +54,11 @@ Progress is drawn on stderr when it is a terminal.`,
 			if err != nil {
 				return err
 			}
-			db, err := e.open()
+			open := e.open
+			if !apply {
+				open = e.openRead // a plan changes nothing
+			}
+			db, err := open()
 			if err != nil {
 				return err
 			}

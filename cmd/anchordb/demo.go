@@ -51,7 +51,12 @@ Exit 1 if a check fails.`,
 		fs.IntVar(&cfg.Records, "records", 500, "records each writer appends")
 		fs.BoolVar(&cfg.Keep, "keep", false, "keep the temporary database directory")
 		fs.Int64Var(&cfg.SegmentSize, "segment-size", 0, "segment size in bytes (at least 1024; default: sized so every anchor seals several segments)")
-		return func(e *env, _ []string) error { return runDemo(e, cfg) }
+		return func(e *env, _ []string) error {
+			if e.g.readOnly {
+				return usagef("demo", "demo writes a database of its own: --read-only does not apply")
+			}
+			return runDemo(e, cfg)
+		}
 	},
 }
 

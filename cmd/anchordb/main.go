@@ -109,6 +109,7 @@ type globals struct {
 	json       bool
 	quiet      bool
 	noProgress bool
+	readOnly   bool
 }
 
 func defaultDir() string {
@@ -123,6 +124,7 @@ func (g *globals) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&g.json, "json", false, "machine-readable JSON output on stdout")
 	fs.BoolVar(&g.quiet, "quiet", false, "suppress non-essential output (JSON output is always printed)")
 	fs.BoolVar(&g.noProgress, "no-progress", false, "never draw progress on stderr (it is drawn only on a terminal)")
+	fs.BoolVar(&g.readOnly, "read-only", false, "open without the write lock and write nothing (reads choose it when the directory is not writable or another process holds the database)")
 }
 
 func newFlagSet(name string) *pflag.FlagSet {
@@ -513,6 +515,31 @@ func isDatabase(dir string) error {
 	return errs.New(errs.CodeInvalidInput, "no anchordb database at %s", dir)
 }
 
+// openRead opens the existing database in --dir for a command that only
+// reads (get, history, scan, log, merge, prove, verify, stats, snapshot list
+// and verify, a compaction's plan). It opens read-only (engine
+// Options.ReadOnly: no lock taken, nothing written) with --read-only, when
+// this user cannot write the directory, and when another process holds the
+// write lock: then verify, log and prove read the files, and the reads that
+// need the index say which process holds it (STATE_001). Otherwise it opens
+// as a writer does, so a database a crash left is recovered first.
+func (e *env) openRead() (*engine.DB, error) {
+	if e.db != nil {
+		return e.db, nil
+	}
+	if err := isDatabase(e.g.dir); err != nil {
+		return nil, err
+	}
+	if e.g.readOnly || !writableDir(e.g.dir) {
+		return e.openWith(engine.Options{ReadOnly: true})
+	}
+	db, err := e.openWith(engine.Options{})
+	if err != nil && (engine.CodeOf(err) == errs.CodeScopeLocked || isPermission(err)) {
+		return e.openWith(engine.Options{ReadOnly: true})
+	}
+	return db, err
+}
+
 // openOrCreate opens the database in --dir, creating a fresh one if there is
 // none: for the commands that write (put, del, append, import, ingest).
 // segmentSize (0: the engine's default) is what their --segment-size says.
@@ -526,6 +553,7 @@ func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
 	}
 	opts.Logger = stderrLogger{w: e.stderr, quiet: e.g.quiet}
 	opts.Clock = engineClock
+	opts.ReadOnly = opts.ReadOnly || e.g.readOnly
 	db, err := engine.Open(e.g.dir, opts)
 	if err != nil {
 		return nil, err

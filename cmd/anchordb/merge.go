@@ -62,7 +62,7 @@ one anchor it is that anchor's tree root.`,
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}

@@ -74,6 +74,13 @@ func (p *textPrinter) Verify(rep engine.VerifyReport) {
 		return
 	}
 	p.out.linef("verify %s: %s, %s, %s of segments", status, humanize.Plural(rep.Anchors, "anchor"), humanize.Plural(rep.Records, "record"), humanize.Bytes(rep.Bytes))
+	if f := rep.Files; f != nil {
+		p.out.linef("read from the files alone, without the index (%s); not checked: %s", f.Why, strings.Join(f.Unchecked, ", "))
+		for _, t := range f.Tails {
+			p.out.linef("tail anchor=%s seq=%d file=%s offset=%d: %s not read as records (%s): a write in progress, or for the next open to recover",
+				display([]byte(t.Anchor)), t.Seq, t.File, t.Offset, humanize.Plural(t.Bytes, "byte"), t.Message)
+		}
+	}
 	for _, f := range rep.Failures {
 		var loc []string
 		if f.Anchor != "" {

@@ -58,7 +58,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if err != nil {
 					return err
 				}
-				db, err := e.open()
+				db, err := e.openRead()
 				if err != nil {
 					return err
 				}
@@ -83,7 +83,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if newSize == 0 {
 					return usagef("prove", "NEW must be at least 1")
 				}
-				db, err := e.open()
+				db, err := e.openRead()
 				if err != nil {
 					return err
 				}
@@ -123,7 +123,7 @@ func checkpointToProve(e *env, file string) (*proof.Checkpoint, error) {
 		}
 		return engine.ParseCheckpointNote(msg)
 	}
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return nil, err
 	}

@@ -48,7 +48,7 @@ a compaction's cut, is STATE_003 (exit 1).`,
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -100,7 +100,7 @@ var historyCmd = &command{
 	minArgs: 1, maxArgs: 1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		return func(e *env, args []string) error {
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -140,7 +140,7 @@ var scanCmd = &command{
 			if limit < 0 {
 				return usagef("scan", "--limit must not be negative")
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -195,7 +195,7 @@ a --from past the last record prints nothing.
 			if err := segment.ValidateAnchorID(args[0]); err != nil {
 				return err
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}

@@ -40,7 +40,7 @@ rebuild found and did (adopted records, state_from_snapshot, snapshot_skipped, â
 			// NB: the rebuild takes the database's lock and opens it itself;
 			// this command must not hold it open.
 			// The recovery report is printed below: the logger keeps to errors.
-			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}, Clock: engineClock}
+			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}, Clock: engineClock, ReadOnly: e.g.readOnly}
 			bar := e.newProgress()
 			if apply {
 				bar.Update("rebuild-index: rebuilding the index of %s", e.g.dir)

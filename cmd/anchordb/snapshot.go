@@ -111,7 +111,7 @@ func frontierRecords(f snapshot.Frontier) uint64 {
 }
 
 func snapshotList(e *env) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func snapshotList(e *env) error {
 }
 
 func snapshotVerify(e *env, names []string) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}

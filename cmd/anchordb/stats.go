@@ -18,7 +18,7 @@ and "recovery": what this command's open found ({"clean","rebuilt","events"}).`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		return func(e *env, _ []string) error {
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
