@@ -137,7 +137,7 @@ func TestFrontierCompare(t *testing.T) {
 // A frontier file that is not UTF-8, or spells a lone UTF-16 surrogate in an
 // anchor id, names no anchor: encoding/json would silently read either as
 // U+FFFD and so name another, legal anchor ("\ufffd"). It is malformed input
-// (SPEC §9: INPUT_001), as the importer treats such strings. A
+// (CONTRACT §9: INPUT_001), as the importer treats such strings. A
 // U+FFFD written as such, literally or escaped, or a surrogate pair, is an
 // ordinary character.
 func TestFrontierJSONRefusesMadeUpReplacementCharacters(t *testing.T) {

@@ -281,7 +281,7 @@ func TestSignAndOpen(t *testing.T) {
 		{"opened with an unrelated key", msg, []string{vkey2}, errs.CodeSignatureInvalid},
 		{"flipped signature bit", badSig, []string{vkey}, errs.CodeSignatureInvalid},
 		{"truncated signature", truncated, []string{vkey}, errs.CodeSignatureInvalid},
-		// Not a signed note at all: a malformed file (SPEC §8), not a bad signature.
+		// Not a signed note at all: a malformed file (CONTRACT §8), not a bad signature.
 		{"truncated note", truncatedHard, []string{vkey}, errs.CodeInvalidInput},
 		{"truncated to 40 bytes", msg[:40], []string{vkey}, errs.CodeInvalidInput},
 		{"body only", body, []string{vkey}, errs.CodeInvalidInput},

@@ -134,7 +134,7 @@ func TestProofJSONEmptyPathIsArray(t *testing.T) {
 	}
 }
 
-// withoutKind drops the "kind" field: the bare SPEC §10 shape.
+// withoutKind drops the "kind" field: the bare CONTRACT §10 shape.
 func withoutKind(t *testing.T, data []byte) []byte {
 	t.Helper()
 	var m map[string]json.RawMessage

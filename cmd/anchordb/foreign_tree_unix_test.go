@@ -66,7 +66,7 @@ func TestForeignEntryInDatabaseTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The anchor verify found damaged stays read-only until the operator
-	// rebuilds the index (SPEC §3, docs/RELIABILITY.md).
+	// rebuilds the index (CONTRACT §3, docs/RELIABILITY.md).
 	r = runWithin(t, 30*time.Second, "--dir", dir, "--json", "verify")
 	wantExit(t, r, 1)
 	r = runWithin(t, 30*time.Second, "--dir", dir, "rebuild-index", "--apply")

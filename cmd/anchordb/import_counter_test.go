@@ -20,7 +20,7 @@ var overLimit = uint64(engine.MaxCallerCounter) + 10
 // the caller limit, with an idempotency key that is not a retry (neither in
 // the database nor on an earlier line of the input), is over a limit: the
 // import is refused whole with INPUT_001 naming that line, and nothing of the
-// lines before it is appended (SPEC §9). Pass 1 decides it: letting the
+// lines before it is appended (CONTRACT §9). Pass 1 decides it: letting the
 // line through (it might have been a retry) would leave the engine to
 // refuse it in pass 2, after the batches before it were written.
 func TestImportOverLimitCounterIsAllOrNothing(t *testing.T) {
@@ -73,7 +73,7 @@ func TestImportOverLimitCounterIsAllOrNothing(t *testing.T) {
 	}
 
 	// A retry of an earlier line of the same input is a duplicate, whatever
-	// its counter (SPEC §7): the import goes through.
+	// its counter (CONTRACT §7): the import goes through.
 	retry := fmt.Sprintf(`{"anchor":"w","key":"x","value":"v","idempotency_key":"op-x","counter":%d}`, overLimit)
 	first := `{"anchor":"w","key":"x","value":"v","idempotency_key":"op-x","counter":500}`
 	r := mustRun(t, "--dir", t.TempDir(), "--json", "import", "--batch", "2",

@@ -313,7 +313,7 @@ func dirState(t *testing.T, dir string) map[string]string {
 
 // TestImportAllOrNothing: a malformed or over-limit line anywhere in the
 // input, from a file or from stdin, is found before anything is appended,
-// so the database is unchanged (SPEC §9: never a partial write).
+// so the database is unchanged (CONTRACT §9: never a partial write).
 func TestImportAllOrNothing(t *testing.T) {
 	var in []string
 	for i := 1; i <= 25; i++ {

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestProveFrontierAndBindToCheckpoint: SPEC §5's third proof (an anchor's
+// TestProveFrontierAndBindToCheckpoint: CONTRACT §5's third proof (an anchor's
 // entry in a checkpoint's frontier root) from the CLI, and verify-proof
 // --checkpoint --pub, which holds every kind of proof to what a signed
 // checkpoint says rather than to the root the proof carries.

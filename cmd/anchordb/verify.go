@@ -1,13 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/spf13/pflag"
 )
@@ -90,12 +90,12 @@ a write in progress there, listed under "tails", never a finding.`,
 					if p.TotalBytes > 0 {
 						pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 					}
-					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, plural(p.Anchors, "anchor"), plural(p.Records, "record"),
-						humanBytes(p.Bytes), humanBytes(p.TotalBytes))
+					bar.Update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, humanize.Plural(p.Anchors, "anchor"), humanize.Plural(p.Records, "record"),
+						humanize.Bytes(p.Bytes), humanize.Bytes(p.TotalBytes))
 				}
 			}
 			rep, err := db.Verify(e.ctx, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}
@@ -108,48 +108,13 @@ a write in progress there, listed under "tails", never a finding.`,
 					return err
 				}
 			}
-			if e.g.json {
-				e.out.json(rep)
-			} else {
-				printVerifyHuman(e, rep)
-			}
+			e.print.Verify(rep)
 			if !rep.OK {
 				return exitStatus(exitFinding)
 			}
 			return nil
 		}
 	},
-}
-
-func printVerifyHuman(e *env, rep engine.VerifyReport) {
-	status := "ok"
-	if !rep.OK {
-		status = fmt.Sprintf("FAILED: %s", plural(len(rep.Failures), "finding"))
-	}
-	if rep.OK && e.g.quiet {
-		return
-	}
-	e.out.linef("verify %s: %s, %s, %s of segments", status, plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))
-	if f := rep.Files; f != nil {
-		e.out.linef("read from the files alone, without the index (%s); not checked: %s", f.Why, strings.Join(f.Unchecked, ", "))
-		for _, t := range f.Tails {
-			e.out.linef("tail anchor=%s seq=%d file=%s offset=%d: %s not read as records (%s): a write in progress, or for the next open to recover",
-				display([]byte(t.Anchor)), t.Seq, t.File, t.Offset, plural(t.Bytes, "byte"), t.Message)
-		}
-	}
-	for _, f := range rep.Failures {
-		var loc []string
-		if f.Anchor != "" {
-			loc = append(loc, "anchor="+display([]byte(f.Anchor)))
-		}
-		if f.Seq != 0 {
-			loc = append(loc, fmt.Sprintf("seq=%d", f.Seq))
-		}
-		if f.File != "" {
-			loc = append(loc, fmt.Sprintf("file=%s offset=%d", f.File, f.Offset))
-		}
-		e.out.linef("%s %s %s: %s", f.Code, f.Reason, strings.Join(loc, " "), f.Message)
-	}
 }
 
 // readKeyFile reads a note key (signer or verifier) from a file; surrounding

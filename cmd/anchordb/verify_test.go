@@ -118,7 +118,7 @@ func TestVerifyCommand(t *testing.T) {
 	if n := len(obj(t, r.stdout)["failures"].([]any)); n != 1 {
 		t.Fatalf("--stop-at-first: %d findings", n)
 	}
-	// SPEC §3: what verify found makes the anchor read-only, also after the
+	// CONTRACT §3: what verify found makes the anchor read-only, also after the
 	// bytes are put back, until the operator rebuilds the index
 	// (docs/RELIABILITY.md); the other anchors take appends.
 	if err := os.WriteFile(seg, data, 0o644); err != nil {
@@ -236,7 +236,7 @@ func TestCheckpointCommands(t *testing.T) {
 	mustRun(t, "keygen", "--name", "signer", "--out", other)
 	mustRun(t, "--dir", filepath.Join(tmp, "db2"), "put", "a", "k", "v")
 	resigned := mustRun(t, "--dir", filepath.Join(tmp, "db2"), "checkpoint", "create", "--key", other+".key").stdout
-	// Not a signed note at all: a malformed file, INPUT_001 (SPEC §8).
+	// Not a signed note at all: a malformed file, INPUT_001 (CONTRACT §8).
 	pubText, err := os.ReadFile(k + ".pub")
 	if err != nil {
 		t.Fatal(err)
@@ -489,7 +489,7 @@ func TestHumanErrorIsOneLine(t *testing.T) {
 var codeTextRE = regexp.MustCompile(`[A-Z]+_[0-9]{3} [a-z_]+`)
 
 // TestVerifyJSONSnapshotFinding: verify --json reports a damaged snapshot
-// at the byte offset snapshot verify reports for it (SPEC §10's "offset" of
+// at the byte offset snapshot verify reports for it (CONTRACT §10's "offset" of
 // a failure), with a message that does not repeat the code; the human line
 // names the code once and the same offset.
 func TestVerifyJSONSnapshotFinding(t *testing.T) {

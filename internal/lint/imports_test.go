@@ -17,7 +17,7 @@ import (
 const module = "github.com/anchordb/anchordb/"
 
 // layers says, for each package of the module, which of the module's
-// packages it may import (SPEC §11, STYLE.md): cmd, bench and fuzz sit on
+// packages it may import (CONTRACT §11, STYLE.md): cmd, bench and fuzz sit on
 // engine, cmd and bench also on outbox (a client of engine's public API);
 // engine on merge, snapshot and proof; those three on segment and never on
 // one another; segment on internal/errs alone. A package missing
@@ -27,6 +27,7 @@ var layers = map[string][]string{
 	"internal/invariants": nil,
 	"internal/jsonobj":    nil,
 	"internal/fsutil":     nil,
+	"internal/humanize":   nil,
 	"internal/journal":    {"internal/errs", "internal/fsutil"},
 	"internal/lint":       nil,
 	"internal/testutil":   {"internal/errs", "segment"},
@@ -40,9 +41,11 @@ var layers = map[string][]string{
 	"bench/harness": {"engine", "merge", "snapshot", "proof", "segment", "internal/errs"},
 	"bench": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
 		"internal/errs", "internal/journal"},
-	"cmd/anchordb": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
-		"internal/errs", "internal/jsonobj"},
-	"fuzz": {"engine", "merge", "snapshot", "proof", "segment",
+	"tool/importer": {"engine", "segment", "internal/errs", "internal/jsonobj", "internal/humanize"},
+	"tool/demo":     {"engine", "merge", "proof", "segment", "snapshot", "internal/errs", "internal/humanize"},
+	"cmd/anchordb": {"bench/harness", "tool/importer", "tool/demo", "engine", "merge", "snapshot", "proof", "segment", "outbox",
+		"internal/errs", "internal/humanize"},
+	"fuzz": {"engine", "merge", "snapshot", "proof", "segment", "tool/importer",
 		"internal/errs", "internal/journal", "internal/jsonobj", "internal/testutil"},
 }
 

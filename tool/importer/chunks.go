@@ -1,4 +1,4 @@
-package main
+package importer
 
 import (
 	"errors"
@@ -17,13 +17,14 @@ import (
 // that became shorter or one that grew stops the import with INPUT_001 at
 // the first line not yet appended.
 
-// importChunk is the size of the chunks both passes hash. 32 bytes of
+// chunkSize is the size of the chunks both passes hash. 32 bytes of
 // hashes per MiB of input are kept between the passes.
-var importChunk = 1 << 20
+var chunkSize = 1 << 20
 
-// errImportChanged is what a file that changed between the passes fails
-// with (wrapped in an INPUT_001 error).
-var errImportChanged = errors.New("the import file changed after it was checked")
+// ErrChanged is what an import of a file that changed between the passes
+// fails with, wrapped in an INPUT_001 error that says where (errors.Is
+// finds it).
+var ErrChanged = errors.New("the import file changed after it was checked")
 
 // chunkHasher hashes what pass 1 reads from r, chunk by chunk.
 type chunkHasher struct {
@@ -42,11 +43,11 @@ func (c *chunkHasher) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.total += int64(n)
 	for b := p[:n]; len(b) > 0; {
-		k := min(len(b), importChunk-c.fill)
+		k := min(len(b), chunkSize-c.fill)
 		_, _ = c.h.Write(b[:k])
 		c.fill += k
 		b = b[k:]
-		if c.fill == importChunk {
+		if c.fill == chunkSize {
 			c.endChunk()
 		}
 	}
@@ -62,7 +63,7 @@ func (c *chunkHasher) endChunk() {
 }
 
 // verifier returns a reader of r (the same file, rewound) that yields
-// exactly the bytes hashed so far, and fails with errImportChanged where
+// exactly the bytes hashed so far, and fails with ErrChanged where
 // they differ.
 func (c *chunkHasher) verifier(r io.Reader) *chunkVerifier {
 	if c.fill > 0 {
@@ -101,16 +102,16 @@ func (v *chunkVerifier) loadChunk() error {
 		var one [1]byte
 		n, err := io.ReadFull(v.r, one[:])
 		if n > 0 {
-			return errs.Wrap(errs.CodeInvalidInput, errImportChanged, "it holds more than the %d bytes checked", v.total)
+			return errs.Wrap(errs.CodeInvalidInput, ErrChanged, "it holds more than the %d bytes checked", v.total)
 		}
 		if err != nil && err != io.EOF {
 			return errs.Wrap(errs.CodeWriteFailed, err, "read the import file")
 		}
 		return io.EOF
 	}
-	size := importChunk
+	size := chunkSize
 	if v.next == len(v.sums)-1 {
-		size = int(v.total - int64(v.next)*int64(importChunk))
+		size = int(v.total - int64(v.next)*int64(chunkSize))
 	}
 	if cap(v.buf) < size {
 		v.buf = make([]byte, size)
@@ -118,14 +119,14 @@ func (v *chunkVerifier) loadChunk() error {
 	buf := v.buf[:size]
 	if n, err := io.ReadFull(v.r, buf); err != nil {
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return errs.Wrap(errs.CodeInvalidInput, errImportChanged, "it ends at byte %d; %d bytes were checked", int64(v.next)*int64(importChunk)+int64(n), v.total)
+			return errs.Wrap(errs.CodeInvalidInput, ErrChanged, "it ends at byte %d; %d bytes were checked", int64(v.next)*int64(chunkSize)+int64(n), v.total)
 		}
 		return errs.Wrap(errs.CodeWriteFailed, err, "read the import file")
 	}
 	sum := blake3.Sum256(buf)
 	if sum != v.sums[v.next] {
-		start := int64(v.next) * int64(importChunk)
-		return errs.Wrap(errs.CodeInvalidInput, errImportChanged, "bytes %d–%d are not the bytes checked", start, start+int64(size))
+		start := int64(v.next) * int64(chunkSize)
+		return errs.Wrap(errs.CodeInvalidInput, ErrChanged, "bytes %d–%d are not the bytes checked", start, start+int64(size))
 	}
 	v.next++
 	v.avail = buf

@@ -1,15 +1,36 @@
-package main
+package demo
 
 import (
 	"sync"
 	"time"
 )
 
-// phaseProgress draws, on stderr when it is a terminal, which phase of the
-// demo runs and for how long, once it has run for more than a second: a
-// 500-anchor demo spent 80 s in its checks without a word.
+// Progress is where the demo draws what it is doing while it runs: a
+// status line that Update replaces and Done clears (the command line draws
+// it on stderr when that is a terminal).
+type Progress interface {
+	Update(format string, args ...any)
+	Done()
+}
+
+// updateProgress and endProgress draw on p, which may be nil.
+func updateProgress(p Progress, format string, args ...any) {
+	if p != nil {
+		p.Update(format, args...)
+	}
+}
+
+func endProgress(p Progress) {
+	if p != nil {
+		p.Done()
+	}
+}
+
+// phaseProgress draws which phase of the demo runs and for how long, once
+// it has run for more than a second: a 500-anchor demo spends 80 s in its
+// checks, which would otherwise pass without a word.
 type phaseProgress struct {
-	prog *progress
+	prog Progress
 
 	mu    sync.Mutex
 	name  string // "" between phases
@@ -23,10 +44,10 @@ type phaseProgress struct {
 // phaseQuiet is how long a phase runs before it is drawn.
 const phaseQuiet = time.Second
 
-// newPhaseProgress starts drawing on prog (nothing when prog is off).
-func newPhaseProgress(prog *progress) *phaseProgress {
+// newPhaseProgress starts drawing on prog (nothing when prog is nil).
+func newPhaseProgress(prog Progress) *phaseProgress {
 	p := &phaseProgress{prog: prog, stop: make(chan struct{}), done: make(chan struct{})}
-	if !prog.on {
+	if prog == nil {
 		close(p.done)
 		return p
 	}
@@ -57,7 +78,7 @@ func (p *phaseProgress) step(name string) func() {
 		if p.name == name {
 			p.name = ""
 			if p.drawn {
-				p.prog.done()
+				p.prog.Done()
 				p.drawn = false
 			}
 		}
@@ -71,7 +92,7 @@ func (p *phaseProgress) tick(now time.Time) {
 	if p.name == "" || now.Sub(p.start) <= phaseQuiet {
 		return
 	}
-	p.prog.update("demo: %s… %s", p.name, now.Sub(p.start).Truncate(time.Second))
+	p.prog.Update("demo: %s… %s", p.name, now.Sub(p.start).Truncate(time.Second))
 	p.drawn = true
 }
 
@@ -85,7 +106,7 @@ func (p *phaseProgress) close() {
 	<-p.done
 	p.mu.Lock()
 	if p.drawn {
-		p.prog.done()
+		p.prog.Done()
 		p.drawn = false
 	}
 	p.mu.Unlock()

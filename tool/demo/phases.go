@@ -1,10 +1,12 @@
-package main
+package demo
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -37,7 +40,7 @@ func (d *demo) laterPhases() {
 // verifyPhase runs the engine's full verify and adds its outcome as a check.
 func (d *demo) verifyPhase(name string) {
 	defer d.phases.step(name)()
-	rep, err := d.db.Verify(d.e.ctx, engine.VerifyOptions{})
+	rep, err := d.db.Verify(d.ctx, engine.VerifyOptions{})
 	if err != nil {
 		d.add(name, false, err.Error())
 		return
@@ -47,14 +50,14 @@ func (d *demo) verifyPhase(name string) {
 		ps = append(ps, fmt.Sprintf("%s %s anchor=%q seq=%d: %s", f.Code, f.Reason, f.Anchor, f.Seq, f.Message))
 	}
 	d.add(name, rep.OK && len(ps) == 0, problems(ps,
-		fmt.Sprintf("%s, %s, %s of segments: hashes, links, seals, index, trees, checkpoints", plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))))
+		fmt.Sprintf("%s, %s, %s of segments: hashes, links, seals, index, trees, checkpoints", humanize.Plural(rep.Anchors, "anchor"), humanize.Plural(rep.Records, "record"), humanize.Bytes(rep.Bytes))))
 }
 
 // mergePhase streams the merged view at the current frontier and checks it
 // against the merged root and the merged order.
 func (d *demo) mergePhase() {
 	defer d.phases.step("merge")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	f, err := d.db.Frontier(ctx)
 	if err != nil {
 		d.add("merge", false, err.Error())
@@ -94,7 +97,7 @@ func (d *demo) mergePhase() {
 	}
 	elapsed := time.Since(start)
 	if n != f.Total() || n != size {
-		ps = append(ps, fmt.Sprintf("the stream has %s, the frontier %d, the merged root covers %d", plural(n, "record"), f.Total(), size))
+		ps = append(ps, fmt.Sprintf("the stream has %s, the frontier %d, the merged root covers %d", humanize.Plural(n, "record"), f.Total(), size))
 	}
 	if got := b.Root(); got != root {
 		ps = append(ps, fmt.Sprintf("the streamed records hash to %s, MergedRoot says %s", got, root))
@@ -104,7 +107,7 @@ func (d *demo) mergePhase() {
 		d.report.MergeRecordsPerSec = float64(n) / elapsed.Seconds()
 	}
 	d.add("merge", len(ps) == 0, problems(ps, fmt.Sprintf("%s of %s at positions 1..%d in (counter, anchor) order; root %s",
-		plural(n, "record"), plural(len(f.Anchors()), "anchor"), n, root)))
+		humanize.Plural(n, "record"), humanize.Plural(len(f.Anchors()), "anchor"), n, root)))
 }
 
 // checkpointPhase signs a checkpoint with a fresh key, kept beside the
@@ -112,7 +115,7 @@ func (d *demo) mergePhase() {
 // (nil if there is none).
 func (d *demo) checkpointPhase() *proof.Checkpoint {
 	defer d.phases.step("checkpoint")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	fail := func(err error) *proof.Checkpoint {
 		d.add("checkpoint", false, err.Error())
 		return nil
@@ -122,10 +125,10 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		return fail(err)
 	}
 	prefix := filepath.Join(d.dir, "demo-checkpoint")
-	if err := writeKeyFile(prefix+".key", skey, 0o600, false); err != nil {
+	if err := saveKey(prefix+".key", skey, 0o600); err != nil {
 		return fail(err)
 	}
-	if err := writeKeyFile(prefix+".pub", vkey, 0o644, false); err != nil {
+	if err := saveKey(prefix+".pub", vkey, 0o644); err != nil {
 		return fail(err)
 	}
 	d.report.KeyFile = prefix + ".key"
@@ -145,7 +148,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 	} else {
 		if cp.Root != created.Root || cp.Records != st.Records || cp.Anchors != st.Anchors {
 			ps = append(ps, fmt.Sprintf("the note says %s, %s, root %s; the database has %s, %s (root at creation %s)",
-				plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, plural(st.Anchors, "anchor"), plural(st.Records, "record"), created.Root))
+				humanize.Plural(cp.Anchors, "anchor"), humanize.Plural(cp.Records, "record"), cp.Root, humanize.Plural(st.Anchors, "anchor"), humanize.Plural(st.Records, "record"), created.Root))
 		}
 		if body, err := engine.ParseCheckpointNote(msg); err != nil || body.Root != cp.Root {
 			ps = append(ps, fmt.Sprintf("the note's body parses to %v (%v)", body, err))
@@ -158,7 +161,7 @@ func (d *demo) checkpointPhase() *proof.Checkpoint {
 		}
 	}
 	d.add("checkpoint", len(ps) == 0, problems(ps, fmt.Sprintf("%s, %s, root %s: opens with %s.pub, not with another key",
-		plural(created.Anchors, "anchor"), plural(created.Records, "record"), created.Root, filepath.Base(prefix))))
+		humanize.Plural(created.Anchors, "anchor"), humanize.Plural(created.Records, "record"), created.Root, filepath.Base(prefix))))
 	if cp == nil {
 		return created
 	}
@@ -179,7 +182,7 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 		d.add("inclusion proof", false, fmt.Sprintf("the checkpoint has no entry for anchor %q", w.Anchor))
 		return
 	}
-	p, err := d.db.ProveInclusion(d.e.ctx, w.Anchor, w.Seq, entry.Size)
+	p, err := d.db.ProveInclusion(d.ctx, w.Anchor, w.Seq, entry.Size)
 	if err != nil {
 		d.add("inclusion proof", false, err.Error())
 		return
@@ -215,14 +218,14 @@ func (d *demo) proofPhase(cp *proof.Checkpoint) {
 		ps = append(ps, "a proof with a changed leaf verifies")
 	}
 	d.add("inclusion proof", len(ps) == 0, problems(ps, fmt.Sprintf("%s #%d in a tree of %d (%s), and that tree in the checkpoint's frontier (%s), verify offline against the signed root; a changed leaf does not",
-		w.Anchor, w.Seq, p.Size, plural(len(p.Proof), "hash", "hashes"), plural(len(fp.Proof), "hash", "hashes"))))
+		w.Anchor, w.Seq, p.Size, humanize.Plural(len(p.Proof), "hash", "hashes"), humanize.Plural(len(fp.Proof), "hash", "hashes"))))
 }
 
 // snapshotPhase takes a snapshot and proves it by replay, and checks its
 // state hash against the state the acknowledged writes imply.
 func (d *demo) snapshotPhase() {
 	defer d.phases.step("snapshot")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	info, err := d.db.CreateSnapshot(ctx, "")
 	if err != nil {
 		d.add("snapshot", false, err.Error())
@@ -235,18 +238,18 @@ func (d *demo) snapshotPhase() {
 		return
 	}
 	var ps []string
-	total := frontierRecords(info.Frontier)
+	total := merge.Frontier(info.Frontier.Seqs()).Total() // the records the snapshot covers
 	if !v.Replayed || v.ReplayedRecords != total || v.ReplayStateHash != info.StateHash {
 		ps = append(ps, fmt.Sprintf("replayed=%v: %d of %s, state %s; the file says %s (%s)",
-			v.Replayed, v.ReplayedRecords, plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
+			v.Replayed, v.ReplayedRecords, humanize.Plural(total, "record"), v.ReplayStateHash, info.StateHash, v.Note))
 	}
 	want, live := modelStateHash(d.writes)
 	if want != info.StateHash || uint64(live) != info.Entries {
 		ps = append(ps, fmt.Sprintf("the snapshot holds %s with state %s; the acknowledged writes imply %s with state %s",
-			plural(info.Entries, "key"), info.StateHash, plural(live, "key"), want))
+			humanize.Plural(info.Entries, "key"), info.StateHash, humanize.Plural(live, "key"), want))
 	}
 	d.add("snapshot", len(ps) == 0, problems(ps, fmt.Sprintf("%s: %s, %s; replay of %s proves state %s",
-		info.Name, plural(info.Entries, "key"), humanBytes(info.Size), plural(v.ReplayedRecords, "record"), info.StateHash)))
+		info.Name, humanize.Plural(info.Entries, "key"), humanize.Bytes(info.Size), humanize.Plural(v.ReplayedRecords, "record"), info.StateHash)))
 }
 
 // compactPhase applies a truncating policy three times, with a second round
@@ -256,17 +259,17 @@ func (d *demo) snapshotPhase() {
 // snapshot and truncates below the new one. Then the state, verify, the
 // kept snapshots, the audit log and idempotent retries are checked.
 func (d *demo) compactPhase() {
-	ctx := d.e.ctx
-	round2 := max(1, d.cfg.records/4)
+	ctx := d.ctx
+	round2 := max(1, d.cfg.Records/4)
 	policy := snapshot.Policy{Version: snapshot.PolicyVersion,
-		Snapshot:      snapshot.Triggers{EveryRecords: int64(max(1, d.cfg.writers*round2/2))},
+		Snapshot:      snapshot.Triggers{EveryRecords: int64(max(1, d.cfg.Writers*round2/2))},
 		KeepSnapshots: 1, RawLog: snapshot.RawLogTruncate, VerifyBeforeDelete: true}
 	d.report.Policy = string(policy.Canonical())
 	var ps []string
 	var planned int64
 	compact := func() bool {
 		defer d.phases.step(fmt.Sprintf("compaction %d", len(d.report.Compactions)+1))()
-		// A cut lies inside a signed checkpoint (SPEC §6): sign one of
+		// A cut lies inside a signed checkpoint (CONTRACT §6): sign one of
 		// everything written so far with the demo's key first.
 		if d.skey != "" {
 			if _, _, err := d.db.CreateCheckpoint(ctx, d.skey); err != nil {
@@ -279,7 +282,7 @@ func (d *demo) compactPhase() {
 			ps = append(ps, fmt.Sprintf("compaction %d: %v", len(d.report.Compactions)+1, err))
 			return false
 		}
-		c := demoCompaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes}
+		c := Compaction{Actions: len(res.Plan.Actions), RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes}
 		if res.Created != nil {
 			c.Created = res.Created.Name
 		}
@@ -316,11 +319,11 @@ func (d *demo) compactPhase() {
 	// Only sealed segments are removed: a demo too small to seal one (each
 	// anchor's log fits in its first segment) has nothing to truncate.
 	if ok && d.report.SegmentsRemoved == 0 && d.report.Segments > d.report.Anchors {
-		ps = append(ps, fmt.Sprintf("nothing was truncated (segments of %s)", humanBytes(d.cfg.segmentSize)))
+		ps = append(ps, fmt.Sprintf("nothing was truncated (segments of %s)", humanize.Bytes(d.cfg.SegmentSize)))
 	}
 	var runs []string
 	for _, c := range d.report.Compactions {
-		s := plural(c.Actions, "action")
+		s := humanize.Plural(c.Actions, "action")
 		if c.Created != "" {
 			s += ", 1 snapshot created"
 		}
@@ -328,12 +331,12 @@ func (d *demo) compactPhase() {
 			s += fmt.Sprintf(", %d deleted", c.SnapshotsDelete)
 		}
 		if c.SegmentsRemoved > 0 {
-			s += fmt.Sprintf(", %s (%s) removed for %s of stubs", plural(c.SegmentsRemoved, "segment"), humanBytes(c.RemovedBytes), humanBytes(c.StubBytes))
+			s += fmt.Sprintf(", %s (%s) removed for %s of stubs", humanize.Plural(c.SegmentsRemoved, "segment"), humanize.Bytes(c.RemovedBytes), humanize.Bytes(c.StubBytes))
 		}
 		runs = append(runs, s)
 	}
 	d.add("compact", len(ps) == 0, problems(ps, fmt.Sprintf("keep 1, raw_log truncate; runs: [%s]; %s written between the first two",
-		strings.Join(runs, "; "), plural(d.report.SecondRoundRecords, "record"))))
+		strings.Join(runs, "; "), humanize.Plural(d.report.SecondRoundRecords, "record"))))
 
 	d.checkState("state after compaction")
 	d.verifyPhase("verify after compaction")
@@ -344,7 +347,7 @@ func (d *demo) compactPhase() {
 // checkSnapshotsAndAudit verifies every kept snapshot and the audit log.
 func (d *demo) checkSnapshotsAndAudit() {
 	defer d.phases.step("snapshots and audit log")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	var ps, kept []string
 	list, err := d.db.Snapshots(ctx)
 	if err != nil {
@@ -370,7 +373,7 @@ func (d *demo) checkSnapshotsAndAudit() {
 		ps = append(ps, "audit log: "+err.Error())
 	}
 	d.add("snapshots and audit log", len(ps) == 0 && len(list) > 0, problems(ps,
-		fmt.Sprintf("%d kept: %s; audit log of %s verifies", len(list), strings.Join(kept, ", "), plural(head.Lines, "line"))))
+		fmt.Sprintf("%d kept: %s; audit log of %s verifies", len(list), strings.Join(kept, ", "), humanize.Plural(head.Lines, "line"))))
 }
 
 // checkRetries retries the first idempotent append on each anchor: each must
@@ -387,7 +390,7 @@ func (d *demo) checkRetries(name string) {
 		}
 		seen[w.entry.Anchor] = true
 		n++
-		r, err := d.db.Append(d.e.ctx, w.entry)
+		r, err := d.db.Append(d.ctx, w.entry)
 		switch {
 		case err != nil:
 			ps = append(ps, fmt.Sprintf("retry of %s #%d: %v", w.receipt.Anchor, w.receipt.Seq, err))
@@ -396,11 +399,11 @@ func (d *demo) checkRetries(name string) {
 				w.receipt.Anchor, w.receipt.Seq, w.entry.IdempotencyKey, r.Seq))
 			if !r.Duplicate {
 				// It was appended: the model must know.
-				d.writes = append(d.writes, demoWrite{entry: w.entry, receipt: r})
+				d.writes = append(d.writes, ack{entry: w.entry, receipt: r})
 			}
 		}
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s of early idempotent appends answered with their original receipts", plural(n, "retry", "retries"))))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s of early idempotent appends answered with their original receipts", humanize.Plural(n, "retry", "retries"))))
 }
 
 // demoSnapshot is what must survive a rebuild unchanged.
@@ -413,7 +416,7 @@ type demoSnapshot struct {
 }
 
 func (d *demo) capture() (demoSnapshot, error) {
-	ctx := d.e.ctx
+	ctx := d.ctx
 	s := demoSnapshot{heads: map[string]engine.AnchorInfo{}}
 	for info, err := range d.db.Anchors(ctx) {
 		if err != nil {
@@ -449,13 +452,13 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 		}
 	}
 	if len(after.heads) != len(s.heads) {
-		ps = append(ps, fmt.Sprintf("%s before, %d after", plural(len(s.heads), "anchor"), len(after.heads)))
+		ps = append(ps, fmt.Sprintf("%s before, %d after", humanize.Plural(len(s.heads), "anchor"), len(after.heads)))
 	}
 	if after.root != s.root || after.size != s.size {
-		ps = append(ps, fmt.Sprintf("merged root %s over %s before, %s over %d after", s.root, plural(s.size, "record"), after.root, after.size))
+		ps = append(ps, fmt.Sprintf("merged root %s over %s before, %s over %d after", s.root, humanize.Plural(s.size, "record"), after.root, after.size))
 	}
 	if after.state != s.state || after.keys != s.keys {
-		ps = append(ps, fmt.Sprintf("state %s of %s before, %s of %d after", s.state, plural(s.keys, "key"), after.state, after.keys))
+		ps = append(ps, fmt.Sprintf("state %s of %s before, %s of %d after", s.state, humanize.Plural(s.keys, "key"), after.state, after.keys))
 	}
 	return ps
 }
@@ -465,7 +468,7 @@ func (s demoSnapshot) diff(after demoSnapshot) []string {
 // then verifies and retries again.
 func (d *demo) rebuildPhase() {
 	defer d.phases.step("rebuild")()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	before, err := d.capture()
 	if err != nil {
 		d.add("rebuild", false, "reading the state before: "+err.Error())
@@ -478,7 +481,7 @@ func (d *demo) rebuildPhase() {
 		return
 	}
 	opts := d.options()
-	opts.Logger = stderrLogger{w: d.e.stderr, quiet: true}
+	opts.Logger = errorsOnly{d.cfg.Logger} // the report below says what the rebuild did
 	start := time.Now()
 	plan, err := engine.RebuildIndexWith(ctx, d.dir, opts, engine.RebuildOptions{Apply: true, FromSnapshot: true})
 	elapsed := time.Since(start)
@@ -511,7 +514,7 @@ func (d *demo) rebuildPhase() {
 		ps = append(ps, before.diff(after)...)
 	}
 	d.add("rebuild", len(ps) == 0, problems(ps, fmt.Sprintf("from %s in %.3fs (%s, %s): %s, merged root and state of %s unchanged",
-		from, elapsed.Seconds(), plural(plan.Segments, "segment file"), plural(plan.Stubs, "stub"), plural(len(after.heads), "head"), plural(after.keys, "key"))))
+		from, elapsed.Seconds(), humanize.Plural(plan.Segments, "segment file"), humanize.Plural(plan.Stubs, "stub"), humanize.Plural(len(after.heads), "head"), humanize.Plural(after.keys, "key"))))
 	d.checkState("state after rebuild")
 	d.verifyPhase("verify after rebuild")
 	d.checkRetries("idempotency after rebuild")
@@ -525,7 +528,7 @@ func (d *demo) rebuildPhase() {
 // order), whatever compaction removed from the logs.
 func (d *demo) checkState(name string) {
 	defer d.phases.step(name)()
-	ctx := d.e.ctx
+	ctx := d.ctx
 	last := modelState(d.writes)
 	var ps []string
 	live := 0
@@ -559,31 +562,31 @@ func (d *demo) checkState(name string) {
 	if scanned != live {
 		ps = append(ps, fmt.Sprintf("scan found %d live keys, get %d", scanned, live))
 	}
-	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s (%d live) as the %d acknowledged writes imply", plural(len(last), "key"), live, len(d.writes))))
+	d.add(name, len(ps) == 0, problems(ps, fmt.Sprintf("%s (%d live) as the %d acknowledged writes imply", humanize.Plural(len(last), "key"), live, len(d.writes))))
 }
 
 // modelState returns, for each key, the acknowledged write that decides it:
 // the last put or delete in merged order (counter, anchor id bytes).
-func modelState(writes []demoWrite) map[string]demoWrite {
-	kv := make([]demoWrite, 0, len(writes))
+func modelState(writes []ack) map[string]ack {
+	kv := make([]ack, 0, len(writes))
 	for _, w := range writes {
 		if w.entry.Type == segment.TypePut || w.entry.Type == segment.TypeDelete {
 			kv = append(kv, w)
 		}
 	}
-	slices.SortFunc(kv, func(a, b demoWrite) int {
+	slices.SortFunc(kv, func(a, b ack) int {
 		return merge.CompareKeys(a.receipt.Counter, a.receipt.Anchor, b.receipt.Counter, b.receipt.Anchor)
 	})
-	last := make(map[string]demoWrite)
+	last := make(map[string]ack)
 	for _, w := range kv {
 		last[string(w.entry.Key)] = w
 	}
 	return last
 }
 
-// modelStateHash is the state hash (SPEC §6) of the live keys the writes
+// modelStateHash is the state hash (CONTRACT §6) of the live keys the writes
 // imply, and their number.
-func modelStateHash(writes []demoWrite) (segment.Hash, int) {
+func modelStateHash(writes []ack) (segment.Hash, int) {
 	last := modelState(writes)
 	keys := make([]string, 0, len(last))
 	for k, w := range last {
@@ -597,4 +600,41 @@ func modelStateHash(writes []demoWrite) (segment.Hash, int) {
 		_ = h.Add([]byte(k), last[k].entry.Value)
 	}
 	return h.Sum(), len(keys)
+}
+
+// errorsOnly passes on a logger's errors and drops its notes.
+type errorsOnly struct{ l engine.Logger }
+
+func (errorsOnly) Infof(string, ...any) {}
+
+func (e errorsOnly) Errorf(format string, args ...any) {
+	if e.l != nil {
+		e.l.Errorf(format, args...)
+	}
+}
+
+// saveKey writes key and a newline to a new file at path with mode perm
+// (whatever the umask), durably, as anchordb keygen writes its key files.
+func saveKey(path, key string, perm os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errs.New(errs.CodeInvalidInput, "%s exists", path)
+		}
+		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", path)
+	}
+	err = f.Chmod(perm)
+	if err == nil {
+		_, err = io.WriteString(f, key+"\n")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write %s", path)
+	}
+	return nil
 }

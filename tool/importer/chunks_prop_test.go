@@ -1,4 +1,4 @@
-package main
+package importer
 
 import (
 	"bytes"
@@ -12,11 +12,11 @@ import (
 // TestChunkVerifierProperty: whatever happens to a file between the passes,
 // pass 2's reader yields a prefix of what pass 1 read, made only of whole
 // chunks pass 1 hashed; it ends with io.EOF exactly when the file is
-// unchanged and with errImportChanged otherwise.
+// unchanged and with ErrChanged otherwise.
 func TestChunkVerifierProperty(t *testing.T) {
-	defer func(n int) { importChunk = n }(importChunk)
+	defer func(n int) { chunkSize = n }(chunkSize)
 	rapid.Check(t, func(t *rapid.T) {
-		importChunk = rapid.IntRange(1, 64).Draw(t, "chunk")
+		chunkSize = rapid.IntRange(1, 64).Draw(t, "chunk")
 		orig := rapid.SliceOfN(rapid.Byte(), 0, 400).Draw(t, "orig")
 		changed := bytes.Clone(orig)
 		switch rapid.IntRange(0, 3).Draw(t, "change") {
@@ -43,14 +43,14 @@ func TestChunkVerifierProperty(t *testing.T) {
 			}
 			return
 		}
-		if !errors.Is(err, errImportChanged) {
-			t.Fatalf("changed file: want errImportChanged, got %v", err)
+		if !errors.Is(err, ErrChanged) {
+			t.Fatalf("changed file: want ErrChanged, got %v", err)
 		}
 		if !bytes.HasPrefix(orig, got) || !bytes.HasPrefix(changed, got) {
 			t.Fatalf("changed file: pass 2 yielded bytes pass 1 did not check")
 		}
-		if len(got)%importChunk != 0 && len(got) != len(orig) {
-			t.Fatalf("changed file: pass 2 yielded %d bytes, not whole chunks of %d", len(got), importChunk)
+		if len(got)%chunkSize != 0 && len(got) != len(orig) {
+			t.Fatalf("changed file: pass 2 yielded %d bytes, not whole chunks of %d", len(got), chunkSize)
 		}
 	})
 }

@@ -1,15 +1,15 @@
-package main
+package importer
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 )
@@ -19,8 +19,8 @@ import (
 // lines made of bytes pass 1 checked and stop with INPUT_001 where the file
 // differs; an unchanged file imports whole across many chunks.
 func TestImportFileChangedBetweenPasses(t *testing.T) {
-	defer func(n int) { importChunk = n }(importChunk)
-	importChunk = 64
+	defer func(n int) { chunkSize = n }(chunkSize)
+	chunkSize = 64
 
 	var orig bytes.Buffer
 	for i := 0; i < 20; i++ {
@@ -28,10 +28,10 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 	}
 	// The lines wholly inside the first chunk are the only ones pass 2 may
 	// append when a later chunk differs.
-	inFirst := bytes.Count(orig.Bytes()[:importChunk], []byte("\n"))
+	inFirst := bytes.Count(orig.Bytes()[:chunkSize], []byte("\n"))
 	// A shorter file fails at its last chunk: the lines before that chunk
 	// are appended.
-	lastChunk := (orig.Len() - 1) / importChunk * importChunk
+	lastChunk := (orig.Len() - 1) / chunkSize * chunkSize
 	beforeLast := bytes.Count(orig.Bytes()[:lastChunk], []byte("\n"))
 
 	cases := []struct {
@@ -46,7 +46,7 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 			// A value's digit: the line still parses, so without the
 			// check it would be appended as it is now, not as checked.
 			mark := []byte(`"value":"v`)
-			i := bytes.Index(b[importChunk:], mark) + importChunk + len(mark)
+			i := bytes.Index(b[chunkSize:], mark) + chunkSize + len(mark)
 			b[i] = 'x'
 			return b
 		}, inFirst, true},
@@ -63,43 +63,42 @@ func TestImportFileChangedBetweenPasses(t *testing.T) {
 			if err := os.WriteFile(path, orig.Bytes(), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			e := &env{ctx: context.Background(), g: &globals{dir: filepath.Join(dir, "db"), noProgress: true},
-				stderr: io.Discard, out: newOutput(io.Discard)}
-			input, cleanup, err := checkImportInput(e, path, segment.DefaultLimits())
-			defer cleanup()
-			lines := input.lines
-			if err != nil || lines != 20 {
-				t.Fatalf("pass 1: %d lines, %v", lines, err)
-			}
-			in, err := input.open()
+			ctx := context.Background()
+			f, err := os.Open(path)
 			if err != nil {
 				t.Fatal(err)
 			}
+			defer f.Close()
+			input, err := Check(ctx, f, f, segment.DefaultLimits())
+			if err != nil || input.Lines != 20 {
+				t.Fatalf("pass 1: %v, %v", input, err)
+			}
+			defer input.Close()
 			if err := os.WriteFile(path, tc.change(orig.Bytes()), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			db, err := e.openOrCreate(0)
+			db, err := engine.Open(filepath.Join(dir, "db"), engine.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: 3, prog: e.newProgress(), total: lines}
-			err = im.run(in)
+			im := &Importer{DB: db, Batch: 3}
+			sum, err := im.Import(ctx, input)
 			if tc.fails {
-				var ie *importError
-				if !errors.Is(err, errImportChanged) || errs.CodeOf(err) != errs.CodeInvalidInput || !errors.As(err, &ie) || ie.imported != tc.want {
+				var le *LineError
+				if !errors.Is(err, ErrChanged) || errs.CodeOf(err) != errs.CodeInvalidInput || !errors.As(err, &le) || le.Imported != tc.want {
 					t.Fatalf("pass 2: want INPUT_001 for a changed file after %d records, got %v", tc.want, err)
 				}
 			} else if err != nil {
 				t.Fatalf("pass 2: %v", err)
 			}
-			if im.imported != tc.want {
-				t.Fatalf("imported %d records, want %d", im.imported, tc.want)
+			if sum.Imported != tc.want {
+				t.Fatalf("imported %d records, want %d", sum.Imported, tc.want)
 			}
 			// What is in the database is exactly the first want lines as
 			// pass 1 saw them.
 			var got int
-			for rec, err := range db.Log(e.ctx, "a", 1, 0) {
+			for rec, err := range db.Log(ctx, "a", 1, 0) {
 				if tc.want == 0 && errs.CodeOf(err) == errs.CodeDependencyMissing {
 					break // nothing imported: anchor a is none the database holds
 				}

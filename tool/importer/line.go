@@ -1,4 +1,4 @@
-package main
+package importer
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ import (
 )
 
 // Parsing one import line: the native JSON shape and the anchor-local event
-// shape of SPEC §10, each field checked, so a bad line is refused with its
+// shape of CONTRACT §10, each field checked, so a bad line is refused with its
 // line number.
 
 // Import line fields.
@@ -29,10 +29,10 @@ var (
 	eventMarkers = []string{"anchor_id", "event_type", "local_counter", "payload", "timestamp"}
 )
 
-// parseImportLine parses one line of either form and checks it against the
-// limits, so a bad line is refused with its line number before anything of
-// its batch is appended.
-func parseImportLine(line []byte, limits segment.Limits) (engine.Entry, error) {
+// ParseLine parses one import line of either form and checks it against
+// limits: the entry it appends, or an INPUT_001 error saying what is wrong
+// with the line (Check and Import add its number).
+func ParseLine(line []byte, limits segment.Limits) (engine.Entry, error) {
 	m, err := readObject(line, "")
 	if err != nil {
 		return engine.Entry{}, err

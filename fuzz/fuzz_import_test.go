@@ -1,4 +1,4 @@
-package main
+package fuzz
 
 import (
 	"bytes"
@@ -11,9 +11,11 @@ import (
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/tool/importer"
 )
 
-// FuzzImportLine: any bytes as one line of `anchordb import`. Never panic;
+// FuzzImportLine: any bytes as one line of `anchordb import`
+// (importer.ParseLine). Never panic;
 // a refusal is INPUT_001; an accepted line yields an entry the engine's own
 // validation accepts, and re-encoded as a native line (bytes as {"b64"})
 // it parses to the same entry.
@@ -29,7 +31,7 @@ func FuzzImportLine(f *testing.F) {
 	f.Add([]byte("{\"anchor\":\"u\xff\",\"key\":\"k\"}"))
 	limits := segment.DefaultLimits()
 	f.Fuzz(func(t *testing.T, line []byte) {
-		e, err := parseImportLine(line, limits)
+		e, err := importer.ParseLine(line, limits)
 		if err != nil {
 			if errs.CodeOf(err) != errs.CodeInvalidInput {
 				t.Fatalf("refused with %v (code %q)", err, errs.CodeOf(err))
@@ -58,7 +60,7 @@ func FuzzImportLine(f *testing.F) {
 			native["time"] = e.Time.UTC().Format(time.RFC3339Nano)
 		}
 		again, _ := json.Marshal(native)
-		e2, err := parseImportLine(again, limits)
+		e2, err := importer.ParseLine(again, limits)
 		if err != nil {
 			t.Fatalf("re-encoded line %s: %v", again, err)
 		}
