@@ -17,6 +17,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/proof"
@@ -354,10 +355,10 @@ func TestFormatDocSizes(t *testing.T) {
 		{"MaxFrameBody (§3.1: 553,652,355)", segment.MaxFrameBody, 553652355},
 		{"journal block header (§5.2: 8 bytes)", journal.HeaderSize, 8},
 		{"journal block bound (§5.2: 2^30)", journal.MaxPayload, 1 << 30},
-		{"s row value (§6.3: 60 bytes)", seqEntrySize, 60},
-		{"i row value (§6.4: 80 bytes)", idemEntrySize, 80},
-		{"k row fixed value (§6.5: value at offset 70)", versionFixed, 70},
-		{"index format (§6.7: mformat = 2)", indexFormat, 2},
+		{"s row value (§6.3: 60 bytes)", schema.LocationSize, 60},
+		{"i row value (§6.4: 80 bytes)", schema.IdemSize, 80},
+		{"k row fixed value (§6.5: value at offset 70)", schema.VersionFixed, 70},
+		{"index format (§6.7: mformat = 2)", schema.Format, 2},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: the code has %d", c.what, c.got)
@@ -366,7 +367,7 @@ func TestFormatDocSizes(t *testing.T) {
 	if !strings.Contains(doc, "| `mformat` | `u64` = 2 |") {
 		t.Errorf("FORMAT.md §6.7 no longer says mformat = 2")
 	}
-	for tag, name := range map[byte]string{tagAnchor: "a", tagIdem: "i", tagKey: "k", tagMeta: "m", tagNode: "n", tagRetain: "r", tagSeq: "s"} {
+	for tag, name := range map[byte]string{schema.TagAnchor: "a", schema.TagIdem: "i", schema.TagKey: "k", schema.TagMeta: "m", schema.TagNode: "n", schema.TagKept: "r", schema.TagSeq: "s"} {
 		if want := fmt.Sprintf("| `%s` 0x%02x |", name, tag); !strings.Contains(doc, want) {
 			t.Errorf("FORMAT.md §6 lacks the table tag row %s", want)
 		}

@@ -237,14 +237,22 @@ func PrefixEnd(p []byte) []byte {
 	return nil
 }
 
-// TableBounds returns the bounds of the table tag: [tag, tag+1).
-func TableBounds(tag byte) (lower, upper []byte) { return []byte{tag}, []byte{tag + 1} }
-
 // ScanBounds returns the index bounds of every version of every key starting
 // with prefix.
 func ScanBounds(prefix []byte) (lower, upper []byte) {
 	lower = appendEscaped([]byte{TagKey}, prefix)
 	return lower, PrefixEnd(lower)
+}
+
+// RangeBounds returns the index bounds of every version of every key in
+// [start, end); a nil end means no upper bound.
+func RangeBounds(start, end []byte) (lower, upper []byte) {
+	lower = appendEscaped([]byte{TagKey}, start)
+	upper = []byte{TagKey + 1}
+	if end != nil {
+		upper = appendEscaped([]byte{TagKey}, end)
+	}
+	return lower, upper
 }
 
 // NextKey moves it to the first key at or after next: the first version of

@@ -180,4 +180,13 @@ func TestVersionOrder(t *testing.T) {
 			t.Errorf("%x outside ScanBounds(a) [%x, %x)", k, lo, hi)
 		}
 	}
+	lo, hi = RangeBounds([]byte("a\x00"), []byte("ab"))
+	for i, k := range keys {
+		if in := bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0; in != (i == 4) {
+			t.Errorf("%x within RangeBounds(a 00, ab): %v", k, in)
+		}
+	}
+	if lo, hi = RangeBounds(nil, nil); !bytes.Equal(lo, []byte{TagKey}) || !bytes.Equal(hi, []byte{TagKey + 1}) {
+		t.Errorf("RangeBounds(nil, nil) = [%x, %x), want the whole table", lo, hi)
+	}
 }
