@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 )
@@ -213,7 +214,7 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 			}
 			if found {
 				fp := segment.Fingerprint(e.Type, e.Key, e.Value)
-				rc := prior.duplicateOf(e.Anchor)
+				rc := duplicateOf(prior, e.Anchor)
 				if prior.Fingerprint != fp && !pending && len(entries) == 1 {
 					return c, false, nil, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
 				}
@@ -244,16 +245,23 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 	return c, false, nil, nil
 }
 
+// duplicateOf is the receipt a retry carrying an idempotency key gets in
+// anchor, e being the key's 'i' row: the original append's, marked a
+// duplicate (SPEC §7).
+func duplicateOf(e schema.Idem, anchor string) Receipt {
+	return Receipt{Anchor: anchor, Seq: e.Seq, Counter: e.Counter, Hash: e.Hash, Duplicate: true}
+}
+
 // knownIdem finds an idempotency key committed (in the index, or in a group
 // acknowledged but not yet applied) or in flight (in a group not yet
 // acknowledged).
-func (db *DB) knownIdem(anchor string, key []byte) (e idemEntry, found, pending bool, err error) {
+func (db *DB) knownIdem(anchor string, key []byte) (e schema.Idem, found, pending bool, err error) {
 	db.idemMu.Lock()
 	pi, found := db.pendingIdem[anchor+"\x00"+string(key)]
 	db.idemMu.Unlock()
 	if found {
 		// Acknowledged but not yet applied is committed, not in flight.
-		return pi.idemEntry, true, pi.group > db.vis.acked.Load(), nil
+		return pi.Idem, true, pi.group > db.vis.acked.Load(), nil
 	}
 	// A read of the index, which Close waits for before it closes it: the
 	// append is not admitted yet, so admission's gate does not hold Close.
@@ -283,7 +291,7 @@ func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte)
 	if err != nil || !found {
 		return Receipt{}, false, err
 	}
-	return e.duplicateOf(anchor), true, nil
+	return duplicateOf(e, anchor), true, nil
 }
 
 // refundDuplicates returns the rate-limit tokens of entries the commit found

@@ -258,7 +258,7 @@ func TestVerifyFrom(t *testing.T) {
 	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e, _, _ := db.seqEntry("a", 10)
+	e, _, _ := db.location("a", 10)
 	path := fs.PathJoin(segment.AnchorDir(fs, "db", "a"), segment.FileName(e.Segno))
 	orig, _ := testutil.ReadFile(fs, path)
 	d := slices.Clone(orig)
@@ -270,7 +270,7 @@ func TestVerifyFrom(t *testing.T) {
 	wantFinding(t, db, errs.CodeHashMismatch, "a", 10, "stored hash")
 	testutil.WriteFile(fs, path, orig)
 	db = operatorRepair(t, db, fs, memOpts(fs))
-	e, _, _ = db.seqEntry("b", 110)
+	e, _, _ = db.location("b", 110)
 	path = fs.PathJoin(segment.AnchorDir(fs, "db", "b"), segment.FileName(e.Segno))
 	orig, _ = testutil.ReadFile(fs, path)
 	d = slices.Clone(orig)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -81,7 +82,7 @@ func (db *DB) readJournal(ctx context.Context, only ...string) (*journalView, er
 		path := db.fs.PathJoin(dir, journal.FileName(gen))
 		_, err := journal.ReadFile(db.fs, dir, gen, 0, func(b journal.Block) error {
 			var recs []journalEntry
-			err := decodeJournalBlock(b.Payload, func(r journalRecord) error {
+			err := schema.DecodeJournalBlock(b.Payload, func(r schema.JournalRecord) error {
 				if len(only) == 0 || r.Anchor == only[0] {
 					recs = append(recs, journalEntry{rec: r.Rec.Clone(), gen: gen, file: path, offset: b.Start.Off})
 				}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -73,14 +74,14 @@ func (t *treeReader) leaf(ctx context.Context, seq uint64) (segment.Hash, error)
 	if err := ctx.Err(); err != nil {
 		return segment.Hash{}, err
 	}
-	v, closer, err := t.snap.Get(seqKey(t.anchor, seq))
+	v, closer, err := t.snap.Get(schema.SeqKey(t.anchor, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return segment.Hash{}, errs.New(errs.CodeIndexMismatch, "anchor %q: no index row for seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
 	}
 	if err != nil {
 		return segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
-	e, err := decodeSeqEntry(v)
+	e, err := schema.DecodeLocation(v)
 	closer.Close()
 	if err != nil {
 		return segment.Hash{}, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)

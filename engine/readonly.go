@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -192,17 +193,17 @@ func (db *DB) openIndexReadOnly() (*errs.Error, error) {
 	if err := db.openIndex(); err != nil {
 		return unusable("the index of %s does not open read-only (%s)", db.dir, errs.Message(err)), nil
 	}
-	format, fresh, err := db.metaUint(metaFormat)
+	format, fresh, err := db.metaUint(schema.MetaFormat)
 	if err != nil {
 		return unusable("the index of %s does not read (%s)", db.dir, errs.Message(err)), nil
 	}
 	switch {
 	case fresh:
 		return unusable("the index of %s is incomplete (a rebuild did not finish); the next open for writing rebuilds it", db.dir), nil
-	case format != indexFormat:
-		return unusable("the index of %s is of format %d, this version reads %d; rebuild-index makes a new one", db.dir, format, indexFormat), nil
+	case format != schema.Format:
+		return unusable("the index of %s is of format %d, this version reads %d; rebuild-index makes a new one", db.dir, format, schema.Format), nil
 	}
-	clean, _, err := db.metaUint(metaClean)
+	clean, _, err := db.metaUint(schema.MetaClean)
 	if err != nil {
 		return unusable("the index of %s does not read (%s)", db.dir, errs.Message(err)), nil
 	}
@@ -217,7 +218,7 @@ func (db *DB) openIndexReadOnly() (*errs.Error, error) {
 		return unusable("the index of %s is not the one its last session closed (%s): an open for writing recovers it from the segments", db.dir, errs.Message(err)), nil
 	}
 	if db.id == "" {
-		if v, ok, err := db.metaBytes(metaDBID); err != nil {
+		if v, ok, err := db.metaBytes(schema.MetaDBID); err != nil {
 			return nil, err
 		} else if ok && len(v) == 32 && isHex(string(v)) {
 			db.id = string(v)
@@ -226,7 +227,7 @@ func (db *DB) openIndexReadOnly() (*errs.Error, error) {
 	if db.histFrom, err = loadHistoryFrom(db.index); err != nil {
 		return unusable("the index of %s does not read (%s)", db.dir, errs.Message(err)), nil
 	}
-	clock, _, err := db.metaUint(metaClock)
+	clock, _, err := db.metaUint(schema.MetaClock)
 	if err != nil {
 		return unusable("the index of %s does not read (%s)", db.dir, errs.Message(err)), nil
 	}

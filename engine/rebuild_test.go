@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
@@ -345,15 +346,15 @@ func deferredFixture(t *testing.T) (*DB, map[string][][2][]byte) {
 	db := mustOpen(t, fs, opts)
 	t.Cleanup(func() { _ = db.Close() })
 	rows := map[string][][2][]byte{}
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for it.First(); it.Valid(); it.Next() {
-		if versionKind(it.Value()) != versionDeferred {
+		if schema.KindOf(it.Value()) != schema.Deferred {
 			continue
 		}
-		_, _, anchor, err := parseVersionKey(it.Key())
+		_, _, anchor, err := schema.ParseVersionKey(it.Key())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -382,12 +383,12 @@ func TestVerifyDeferredRows(t *testing.T) {
 			// record order, so a reader kept from the last anchor or row
 			// must not hide it.
 			r := rows[a][len(rows[a])/2]
-			ve, err := decodeVersionEntry(r[1])
+			ve, err := schema.DecodeVersion(r[1])
 			if err != nil {
 				t.Fatal(err)
 			}
 			ve.Hash[0] ^= 1
-			setRow(t, db, r[0], ve.encode(nil))
+			setRow(t, db, r[0], ve.Append(nil))
 			seqs[a] = ve.Seq
 		}
 		for a, seq := range seqs {
@@ -397,12 +398,12 @@ func TestVerifyDeferredRows(t *testing.T) {
 	t.Run("wrong value", func(t *testing.T) {
 		db, rows := deferredFixture(t)
 		for _, r := range rows["a1"] {
-			ve, _ := decodeVersionEntry(r[1])
+			ve, _ := schema.DecodeVersion(r[1])
 			if !ve.Inline || len(ve.Value) == 0 {
 				continue
 			}
 			ve.Value = append(slices.Clone(ve.Value[:len(ve.Value)-1]), ve.Value[len(ve.Value)-1]^1)
-			setRow(t, db, r[0], ve.encode(nil))
+			setRow(t, db, r[0], ve.Append(nil))
 			wantFinding(t, db, errs.CodeIndexMismatch, "a1", ve.Seq, "does not say what the record says")
 			return
 		}
@@ -411,9 +412,9 @@ func TestVerifyDeferredRows(t *testing.T) {
 	t.Run("beyond the rebuilt range", func(t *testing.T) {
 		db, rows := deferredFixture(t)
 		r := rows["a2"][0]
-		ve, _ := decodeVersionEntry(r[1])
+		ve, _ := schema.DecodeVersion(r[1])
 		ve.Seq = db.histFrom["a2"] + 1
-		setRow(t, db, r[0], ve.encode(nil))
+		setRow(t, db, r[0], ve.Append(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a2", ve.Seq, "no rebuild from a snapshot covers it")
 	})
 }

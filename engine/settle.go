@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
 )
@@ -124,8 +125,8 @@ func (db *DB) settle() error {
 // recovery visits every anchor and takes the clock past their last counters.
 func (db *DB) recordSettled(at journal.Pos) error {
 	b := db.index.NewBatch()
-	_ = b.Set(metaKey(metaSettled), at.AppendBinary(nil), nil)
-	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaSettled), at.AppendBinary(nil), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaClock), be.AppendUint64(nil, db.clock.Load()), nil)
 	err := db.applyBatch(b)
 	_ = b.Close()
 	if err != nil {

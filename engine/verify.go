@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
@@ -304,7 +305,7 @@ func (v *verifier) prepare() error {
 	// covers (rows are applied before heads are published).
 	v.snap = db.index.NewSnapshot()
 	v.known = make(map[string]bool, len(ids))
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagAnchor}, UpperBound: []byte{schema.TagAnchor + 1}})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -573,7 +574,7 @@ func (v *verifier) unknownDirectories() {
 // The 'k' rows are keyRowPass's. One seek per anchor and table: the rows
 // of known anchors are passed over, not read.
 func (v *verifier) unknownAnchorRows() {
-	for _, tag := range []byte{tagIdem, tagNode, tagRetain, tagSeq} {
+	for _, tag := range []byte{schema.TagIdem, schema.TagNode, schema.TagKept, schema.TagSeq} {
 		it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tag}, UpperBound: []byte{tag + 1}})
 		if err != nil {
 			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
@@ -583,16 +584,16 @@ func (v *verifier) unknownAnchorRows() {
 			k := it.Key()
 			end := bytes.IndexByte(k[1:], 0)
 			if end < 0 {
-				v.report(Finding{Code: errs.CodeIndexMismatch, Message: fmt.Sprintf("malformed %s key %x", rowName(k), k)})
+				v.report(Finding{Code: errs.CodeIndexMismatch, Message: fmt.Sprintf("malformed %s key %x", schema.RowName(k), k)})
 				ok = it.Next()
 				continue
 			}
 			id := string(k[1 : 1+end])
 			if !v.known[id] {
 				v.report(Finding{Code: errs.CodeIndexMismatch, Anchor: id,
-					Message: fmt.Sprintf("%s %x names anchor %q, which the index does not know", rowName(k), k, id)})
+					Message: fmt.Sprintf("%s %x names anchor %q, which the index does not know", schema.RowName(k), k, id)})
 			}
-			ok = it.SeekGE(prefixEnd(anchorScoped(tag, id)))
+			ok = it.SeekGE(schema.PrefixEnd(schema.AnchorPrefix(tag, id)))
 		}
 		err = it.Error()
 		if cerr := it.Close(); err == nil {
@@ -613,7 +614,7 @@ func (v *verifier) unknownAnchorRows() {
 // head was kept) has nothing to compare.
 func (v *verifier) auditPastHead(head snapshot.AuditHead) error {
 	db := v.db
-	_, hasHead, err := db.metaBytes(metaAudit)
+	_, hasHead, err := db.metaBytes(schema.MetaAudit)
 	if err != nil || !hasHead {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -142,10 +143,10 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 	// read-only.
 	crashed := testutil.CrashClone(fs, vfs.CrashCloneCfg{})
 	_ = db.Close()
-	e, _, err := func() (seqEntry, bool, error) {
+	e, _, err := func() (schema.Location, bool, error) {
 		probe := mustOpen(t, testutil.CrashClone(fs, vfs.CrashCloneCfg{}), memOpts(nil))
 		defer probe.Close()
-		return probe.seqEntry("a1", 45)
+		return probe.location("a1", 45)
 	}()
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ func TestAnchorsHonoursContextWhileWaiting(t *testing.T) {
 	}
 }
 
-// VerifySnapshot reads the index (seqEntry, firstPresent): it must first
+// VerifySnapshot reads the index (schema.Location, firstPresent): it must first
 // wait for the appends acknowledged before it, or a snapshot whose frontier
 // includes one is refused as INT_003 until the applier catches up.
 func TestVerifySnapshotWaitsForApplier(t *testing.T) {

@@ -1,4 +1,4 @@
-package engine
+package schema
 
 import (
 	"fmt"
@@ -15,11 +15,13 @@ import (
 //	| u8        | anchorLen | u64   | u64    | u32 len ‖ body ‖ hash     |
 //	+-----------+-----------+-------+--------+---------------------------+
 
-// journalRecordOverhead is what a journal record adds to its anchor id and
+// JournalRecordOverhead is what a journal record adds to its anchor id and
 // frame: the id's length, the segno and the offset.
-const journalRecordOverhead = 1 + 8 + 8
+const JournalRecordOverhead = 1 + 8 + 8
 
-func appendJournalRecord(dst []byte, anchor string, segno uint64, offset int64, frame []byte) []byte {
+// AppendJournalRecord appends one record of a block payload to dst: the
+// frame, and where it goes (segment segno of the anchor, at offset).
+func AppendJournalRecord(dst []byte, anchor string, segno uint64, offset int64, frame []byte) []byte {
 	dst = append(dst, byte(len(anchor)))
 	dst = append(dst, anchor...)
 	dst = be.AppendUint64(dst, segno)
@@ -27,8 +29,8 @@ func appendJournalRecord(dst []byte, anchor string, segno uint64, offset int64, 
 	return append(dst, frame...)
 }
 
-// journalRecord is one record read back from the journal.
-type journalRecord struct {
+// JournalRecord is one record read back from the journal.
+type JournalRecord struct {
 	Anchor string
 	Segno  uint64
 	Offset int64
@@ -36,8 +38,10 @@ type journalRecord struct {
 	Rec    segment.Record
 }
 
-// decodeJournalBlock parses a block payload, checking every frame's hash.
-func decodeJournalBlock(payload []byte, fn func(journalRecord) error) error {
+// DecodeJournalBlock parses a block payload, checking every frame's hash,
+// and calls fn with each record in order; an error of fn ends the parse and
+// is returned.
+func DecodeJournalBlock(payload []byte, fn func(JournalRecord) error) error {
 	if len(payload) < 4 {
 		return fmt.Errorf("journal block of %d bytes has no record count", len(payload))
 	}
@@ -48,7 +52,7 @@ func decodeJournalBlock(payload []byte, fn func(journalRecord) error) error {
 			return fmt.Errorf("journal record %d of %d is cut short", i+1, n)
 		}
 		aLen := int(p[0])
-		r := journalRecord{Anchor: string(p[1 : 1+aLen])}
+		r := JournalRecord{Anchor: string(p[1 : 1+aLen])}
 		p = p[1+aLen:]
 		r.Segno = be.Uint64(p)
 		r.Offset = int64(be.Uint64(p[8:]))
@@ -64,7 +68,11 @@ func decodeJournalBlock(payload []byte, fn func(journalRecord) error) error {
 		}
 	}
 	if len(p) != 0 {
-		return fmt.Errorf("journal block has %d bytes after its %s", len(p), plural(n, "record"))
+		records := "records"
+		if n == 1 {
+			records = "record"
+		}
+		return fmt.Errorf("journal block has %d bytes after its %d %s", len(p), n, records)
 	}
 	return nil
 }
