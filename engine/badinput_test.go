@@ -16,7 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Bad input at and past every limit of SPEC §9 and illegal anchor ids:
+// Bad input at and past every limit of CONTRACT §9 and illegal anchor ids:
 // refused with INPUT_001, leaving the filesystem and the anchors as they were.
 
 func anchorIDs(t testing.TB, db *DB) []string {
@@ -154,7 +154,7 @@ func TestInputLimits(t *testing.T) {
 		{"counter MaxCounter", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: MaxCounter}, strconv.FormatUint(MaxCallerCounter, 10)},
 		{"counter 2^64-1", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Counter: ^uint64(0)}, strconv.FormatUint(MaxCallerCounter, 10)},
 		// int64 Unix nanoseconds wrap outside these years: the record would
-		// say another time (stop 18's review).
+		// say another time.
 		{"time in the year 3000", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Time: time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}, "1678..2262"},
 		{"time in the year 1000", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Time: time.Date(1000, 1, 1, 0, 0, 0, 0, time.UTC)}, "1678..2262"},
 		{"time 1 ns past int64", Entry{Anchor: "lim", Type: segment.TypePut, Key: []byte("k"), Value: []byte("v"), Time: time.Unix(0, math.MaxInt64).Add(1)}, "1678..2262"},

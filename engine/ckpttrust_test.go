@@ -142,7 +142,7 @@ func TestUnvouchedCheckpointSteersNoCut(t *testing.T) {
 			defer db.Close()
 			name, msg := tc.note(t, db, genuine)
 			path := fs.PathJoin("db", CheckpointsDir, name)
-			writeAll(t, fs, path, msg)
+			mustWriteFile(t, fs, path, msg)
 
 			res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
 			if err != nil {
@@ -262,7 +262,7 @@ func TestUnauditedCheckpointWaitsForTheNext(t *testing.T) {
 			t.Fatal(err)
 		}
 		names = append(names, storedName(uint64(2+i), at))
-		writeAll(t, fs, fs.PathJoin("db", CheckpointsDir, names[i]), msg)
+		mustWriteFile(t, fs, fs.PathJoin("db", CheckpointsDir, names[i]), msg)
 	}
 
 	res, err := db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
@@ -395,7 +395,7 @@ func TestVerifyFindsAReplacedCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeAll(t, fs, all[0].Path, msg)
+	mustWriteFile(t, fs, all[0].Path, msg)
 	rep, err := db.Verify(ctx, VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -406,5 +406,60 @@ func TestVerifyFindsAReplacedCheckpoint(t *testing.T) {
 	}
 	if rep.OK || !found {
 		t.Fatalf("verify of a replaced checkpoint: ok=%v %+v; want AUTH_003 at %s", rep.OK, rep.Failures, all[0].Path)
+	}
+}
+
+// A truncation must lie under a signed checkpoint of this log (CONTRACT §6).
+// A checkpoint of another database, stored in ours, is none, though ingest
+// can give both the same trees: it signs nothing about this log. Compaction
+// truncates nothing under it (verify would reject the checkpoint).
+func TestForeignCheckpointBoundsNoTruncation(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	src, err := Open("src", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, src, "a", 200, "x")
+	skey, _ := coverKeys(t)
+	if _, _, err := src.CreateCheckpoint(ctx, skey); err != nil {
+		t.Fatal(err)
+	}
+	srcCps, err := src.Checkpoints(ctx)
+	if err != nil || len(srcCps) != 1 {
+		t.Fatalf("source checkpoints: %v %v", srcCps, err)
+	}
+	if err := src.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	dst, err := Open("dst", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if _, err := dst.Ingest(ctx, "src", IngestOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The other database's checkpoint, stored in ours.
+	if err := fs.MkdirAll(fs.PathJoin("dst", CheckpointsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteFile(t, fs, fs.PathJoin("dst", CheckpointsDir, srcCps[0].Name), srcCps[0].Note)
+
+	if _, err := dst.Compact(ctx, truncatePolicy, CompactOptions{Apply: true}); err != nil { // the snapshot
+		t.Fatal(err)
+	}
+	res, err := dst.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, verr := dst.Verify(ctx, VerifyOptions{})
+	for _, f := range rep.Failures {
+		t.Logf("verify finding: %s %s: %s", f.Code, f.File, f.Message)
+	}
+	if res.RemovedBytes != 0 {
+		t.Fatalf("compaction removed %d bytes under a checkpoint of another database (verify: ok=%v %v); plan: %+v",
+			res.RemovedBytes, rep.OK, verr, res.Plan.Actions)
 	}
 }

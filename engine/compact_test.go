@@ -6,15 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/snapshot"
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -322,7 +326,7 @@ func TestRebuildKeepsAuditHead(t *testing.T) {
 
 // coveredCompact signs a checkpoint of everything written so far, with
 // coverKeys' key, then runs the compaction: a truncation cuts only what the
-// newest stored checkpoint covers (SPEC §6).
+// newest stored checkpoint covers (CONTRACT §6).
 func coveredCompact(t testing.TB, db *DB, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
 	t.Helper()
 	skey, _ := coverKeys(t)
@@ -348,4 +352,315 @@ func coverKeys(t testing.TB) (skey, vkey string) {
 		t.Fatal(k.err)
 	}
 	return k.skey, k.vkey
+}
+
+// With verify_before_delete, a new snapshot that cannot be proved by replay
+// (here a record after the base sorts before it) replaces nothing: the
+// compaction stops with STATE_003 before any deletion (CONTRACT §6: nothing
+// is deleted until what replaces it is verified).
+func TestCompactKeepsWhatAnUnreplayedSnapshotWouldReplace(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 1, RawLog: "truncate", VerifyBeforeDelete: true}
+	fillAnchor(t, db, "a", 200, "x")
+	if _, err := db.Append(ctx, Entry{Anchor: "b", Type: "put", Key: []byte("k"), Value: []byte("B"), Counter: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil { // S1
+		t.Fatal(err)
+	}
+	if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil { // S1', cut below S1
+		t.Fatal(err)
+	}
+	before, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A put that sorts before b's, after the newest snapshot.
+	if _, err := db.Append(ctx, Entry{Anchor: "c", Type: "put", Key: []byte("k"), Value: []byte("C"), Counter: 500}); err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 60, "y")
+	res, err := coveredCompact(t, db, policy, CompactOptions{Apply: true})
+	if !errors.Is(err, ErrDependencyMissing) {
+		t.Fatalf("compact: %v; want STATE_003 (the new snapshot cannot be replayed)", err)
+	}
+	if res.RemovedBytes != 0 || res.Created != nil {
+		t.Fatalf("removed %d bytes, created %v: want nothing removed, and no new snapshot left", res.RemovedBytes, res.Created)
+	}
+	// The same snapshots as before (the new one went again, audited), and a
+	// database that verifies.
+	after, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("%d snapshots before, %d after", len(before), len(after))
+	}
+	for _, b := range before {
+		if !slices.ContainsFunc(after, func(a snapshot.Info) bool { return a.Name == b.Name }) {
+			t.Fatalf("snapshot %s was deleted", b.Name)
+		}
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
+	}
+}
+
+// An audit append that fails leaves no snapshot behind: once the log below
+// it is truncated, verify would hold it to an entry that does not exist.
+func TestCreateSnapshotLeavesNoUnauditedFile(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	var failAudit atomic.Bool
+	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failAudit.Load() && strings.HasSuffix(op.Path, AuditFile) && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
+			return errors.New("injected: no space left on device")
+		}
+		return nil
+	})
+	fs := errorfs.Wrap(testutil.LockOrdered(mem), inj)
+	db, err := Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	fillAnchor(t, db, "a", 20, "x")
+	failAudit.Store(true)
+	_, err = db.CreateSnapshot(ctx, "")
+	failAudit.Store(false)
+	if err == nil {
+		t.Fatal("scenario: the audit append did not fail")
+	}
+	if list, _ := db.Snapshots(ctx); len(list) != 0 {
+		t.Fatalf("%d snapshots left after the failed audit append", len(list))
+	}
+}
+
+// A snapshot the audit log lacks (a crash between its file and its line, or
+// one made before snapshots were audited) is proved by replay and recorded
+// as adopted before a truncation below it, so verify still passes after the
+// truncation, where it would otherwise report INT_003 on an untouched
+// database. It does not count before it is adopted (an unaudited file must
+// not steer keep_snapshots or the truncation), so the truncation lies below
+// the snapshot the first run takes.
+func TestCompactAdoptsAnUnauditedSnapshot(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	fillAnchor(t, db, "a", 200, "x")
+	old, err := db.CreateSnapshotTo(ctx, fs, db.SnapshotsDir(), "") // no audit line
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a", 40, "y")
+	res, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	res, err = coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RemovedBytes == 0 {
+		t.Fatalf("nothing cut below %s: %+v", old.Name, res.Plan.Actions)
+	}
+	audited, err := db.auditedSnapshots()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it, ok := audited[old.Name]; !ok || it.StateHash != old.StateHash {
+		t.Fatalf("snapshot %s was cut below without an audit entry", old.Name)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify after the cut: %v %+v", err, rep.Failures)
+	}
+}
+
+// An anchor's first records are acknowledged while their segment bytes may
+// still be buffered, before its directory exists (segwrite.go). An anchor
+// without a directory has no sealed segment on disk: compaction, which lists
+// every anchor's directory for its sealed segments, finds none there instead
+// of failing with IO_001 "list ...: file does not exist" when nothing is
+// wrong.
+//
+// Found by TestCloseStressEveryAPI.
+func TestCompactBesideNewAnchorNotOnDisk(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{})
+	defer db.Close()
+	if _, err := db.Put(ctx, "new", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	// A snapshot of it, so compaction reads none of its records (which
+	// would write its buffer out).
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Stat(segmentAnchorDir(fs, "db", "new")); err == nil {
+		t.Skip("the append wrote the anchor's directory: nothing to test")
+	}
+	if _, err := db.Compact(ctx, snapshot.DefaultPolicy(), CompactOptions{Apply: true}); err != nil {
+		t.Fatalf("compact beside an anchor still in the write buffers: %v", err)
+	}
+}
+
+// A snapshot a compaction creates and then fails to prove by replay does not
+// stay behind as the database's. It is in the audit log (created before it
+// is proved), so a later run would count it as the newest verified snapshot,
+// delete the older one that did prove, and truncate the log below it with no
+// replay. It goes again, audited, like one that cannot be replayed.
+func TestCompactRemovesANewSnapshotThatFailsItsReplay(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	for i := 0; i < 20; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%02d", i)), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("first compaction: %+v %v", res, err)
+	}
+	good := res.Created.Name
+	rc, err := db.Put(ctx, "a", []byte("k00"), []byte("v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Get(ctx, []byte("k00")); err != nil { // applied to the index
+		t.Fatal(err)
+	}
+	// The index goes wrong about k00 (the kind of fault a replay proof is
+	// there to catch): its newest version now says "bad".
+	vk := schema.VersionKey([]byte("k00"), rc.Counter, "a")
+	row, closer, err := db.index.Get(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ve, err := schema.DecodeVersion(row)
+	closer.Close()
+	if err != nil || !ve.Inline {
+		t.Fatalf("version row: %+v %v", ve, err)
+	}
+	ve.Value = []byte("bad")
+	if err := db.index.Set(vk, ve.Append(nil), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); !errors.Is(err, ErrSnapshotCorrupted) {
+		t.Fatalf("compaction with a snapshot that fails its replay: %v, want INT_003", err)
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list {
+		if _, err := db.VerifySnapshot(ctx, s.Path); err != nil {
+			t.Errorf("snapshot %s left behind does not prove by replay: %v", s.Name, err)
+		}
+	}
+	// The next run must not replace the good snapshot with the bad one.
+	plan, err := db.Compact(ctx, policy, CompactOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range plan.Plan.Actions {
+		if a.Kind == snapshot.ActionDeleteSnapshot && a.Snapshot == good {
+			t.Errorf("the next plan deletes %s, the last snapshot that proved by replay: %s", good, plan.Plan)
+		}
+	}
+}
+
+// A new snapshot that fails its replay proof is removed again, audited
+// first. When the removal itself does not happen (it fails, or a crash comes
+// between the audit line and the remove), the file stays, and the audit log
+// still records it as created. A snapshot the audit log records as removed
+// is a leftover, not a snapshot to keep: the next run must not take it for
+// the newest verified snapshot and delete the one that proved.
+func TestCompactIgnoresASnapshotItsAuditRemoved(t *testing.T) {
+	ctx := context.Background()
+	var failRemove atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if failRemove.Load() && op.Kind == errorfs.OpRemove && strings.HasSuffix(op.Path, snapshot.Ext) {
+			return errorfs.ErrInjected
+		}
+		return nil
+	}))
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+		KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	for i := 0; i < 20; i++ {
+		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%02d", i)), []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("first compaction: %+v %v", res, err)
+	}
+	good := res.Created.Name
+	rc, err := db.Put(ctx, "a", []byte("k00"), []byte("v2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Get(ctx, []byte("k00")); err != nil {
+		t.Fatal(err)
+	}
+	vk := schema.VersionKey([]byte("k00"), rc.Counter, "a")
+	row, closer, err := db.index.Get(vk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ve, err := schema.DecodeVersion(row)
+	closer.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ve.Value = []byte("bad")
+	if err := db.index.Set(vk, ve.Append(nil), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	failRemove.Store(true)
+	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); err == nil {
+		t.Fatal("compaction with a snapshot that fails its replay succeeded")
+	}
+	failRemove.Store(false)
+	list, err := db.Snapshots(ctx)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("%d snapshots (%v); want the good one and the leftover", len(list), err)
+	}
+	leftover := list[0].Name
+	if leftover == good {
+		leftover = list[1].Name
+	}
+	// The index is right again: whatever the next run creates proves.
+	if err := db.index.Set(vk, func() []byte { ve.Value = []byte("v2"); return ve.Append(nil) }(), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	res, err = db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err = db.Snapshots(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+		if _, err := db.VerifySnapshot(ctx, s.Path); err != nil {
+			t.Errorf("after the next compaction (%s), snapshot %s does not prove by replay: %v", res.Plan, s.Name, err)
+		}
+	}
+	if !slices.Contains(names, good) || slices.Contains(names, leftover) {
+		t.Errorf("snapshots after the next compaction: %v; want %s kept and the leftover %s removed (plan %s)", names, good, leftover, res.Plan)
+	}
 }

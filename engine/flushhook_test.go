@@ -16,11 +16,10 @@ import (
 )
 
 // A NoSync database's index flush first fsyncs the journal, so no index row
-// becomes durable before its record. When that fsync failed, the engine
-// marked itself failed and let the flush go on: the index became durable
-// ahead of the journal, and after a power loss it vouched for records that
-// existed nowhere — damage (found by a review of recovery). Pebble cannot be
-// told not to flush, so the failure now takes Pebble's fatal path and ends
+// becomes durable before its record. When that fsync fails, the flush must
+// not go on: the index would become durable ahead of the journal, and after
+// a power loss vouch for records that exist nowhere (damage). Pebble cannot
+// be told not to flush, so the failure takes Pebble's fatal path and ends
 // the process. The test runs in a child process; the parent reopens what a
 // restart and a power loss at that moment would find and requires both to
 // recover without damage.

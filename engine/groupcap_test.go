@@ -15,7 +15,7 @@ import (
 // TestGroupJournalBlockIsBounded: with admission off nothing bounds how
 // many batches queue behind a leader, and a group of all of them could make
 // a journal block longer than journal.MaxPayload, which recovery takes for
-// damage (stop 18's review). A leader takes queued requests only up to
+// damage. A leader takes queued requests only up to
 // maxGroupJournalBytes. Here the bound is shrunk to a few batches and many
 // writers contend: every block stays within it, and every record is there.
 func TestGroupJournalBlockIsBounded(t *testing.T) {

@@ -291,8 +291,8 @@ func fileSize(t testing.TB, fs vfs.FS, path string) int64 {
 // TestStaleIndexCatchesUpTheAuditHead: an older copy of the index records
 // an older head of the audit log. The lines after it are the database's
 // own (the log still holds the copy's head), so recovery adopts the log's
-// head; until stop 20 every later audited action (a snapshot, a
-// compaction) was refused with INT_002 until rebuild-index.
+// head. Otherwise every later audited action (a snapshot, a compaction)
+// would be refused with INT_002 until rebuild-index.
 func TestStaleIndexCatchesUpTheAuditHead(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()

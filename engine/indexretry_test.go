@@ -22,8 +22,7 @@ import (
 )
 
 // The second try of an Open that moved an unreadable index aside (db.go).
-// The cases came from a review of the first version, which carried the
-// retry in Options: each failed there.
+// Each case failed on a first version that carried the retry in Options.
 
 // newestJournalSize is the size of the newest journal file of db's directory.
 func newestJournalSize(t *testing.T, fs vfs.FS) int64 {
@@ -82,7 +81,7 @@ func TestIndexRetryKeepsOptions(t *testing.T) {
 }
 
 // TestIndexMoveAsideFailureIsIO: a failure to move the unreadable index
-// aside is an I/O failure (IO_001, SPEC §8), not an integrity finding.
+// aside is an I/O failure (IO_001, CONTRACT §8), not an integrity finding.
 func TestIndexMoveAsideFailureIsIO(t *testing.T) {
 	mem, _, manifest := closedWithManifest(t)
 	if err := mem.Remove(manifest); err != nil {
@@ -218,7 +217,7 @@ func (s *spoilAfterCutFS) Rename(a, b string) error {
 	return s.FS.Rename(a, b)
 }
 
-// TestIndexRetryReportsFirstTryCuts: SPEC §3 says a torn tail cut at open
+// TestIndexRetryReportsFirstTryCuts: CONTRACT §3 says a torn tail cut at open
 // is reported. When the first try cuts a tail and then meets a corrupt
 // index block, the second try finds the tail cut already; the report must
 // still say so.

@@ -162,7 +162,7 @@ func raw(hs []segment.Hash) [][]byte {
 // TestProveInclusionOfTruncatedRecords: a record whose segment a compaction
 // removed (and of which no copy was kept) is still provable: its index row
 // holds its hash, and the proof checks against the root the anchor had
-// before the cut, with the leaf it had then. (Until stop 20 it was STATE_003.)
+// before the cut, with the leaf it had then.
 func TestProveInclusionOfTruncatedRecords(t *testing.T) {
 	ctx := context.Background()
 	db, err := Open("db", fixtureOptions(vfs.NewMem()))

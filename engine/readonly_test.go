@@ -597,7 +597,7 @@ func TestFilesCheckPassesOverForeignJournalFrames(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	old := readAll(t, other, "x/journal/"+journal.FileName(1))
+	old := mustReadFile(t, other, "x/journal/"+journal.FileName(1))
 	_ = x.Close()
 
 	fs := vfs.NewMem()
@@ -791,7 +791,7 @@ func markUnclean(t *testing.T, fs vfs.FS, dir string) {
 
 func appendBytes(t *testing.T, fs vfs.FS, path string, b []byte) {
 	t.Helper()
-	data := readAll(t, fs, path)
+	data := mustReadFile(t, fs, path)
 	testutil.WriteFile(fs, path, append(data, b...))
 }
 
@@ -816,7 +816,7 @@ func TestFilesCheckReadsDamageAgain(t *testing.T) {
 	}
 	markUnclean(t, fs, "db")
 	older := fs.PathJoin(segment.AnchorDir(fs, "db", "a"), segment.FileName(1))
-	good := readAll(t, fs, older)
+	good := mustReadFile(t, fs, older)
 	defer func() { testBeforeRecheck = nil }()
 	for _, restore := range []bool{true, false} {
 		flipByte(t, fs, older, 300)
@@ -941,7 +941,7 @@ func TestFilesCheckpointBeyondTheFilesIsAFinding(t *testing.T) {
 	names, _ := fs.List(adir)
 	sort.Strings(names)
 	newest := fs.PathJoin(adir, names[len(names)-1])
-	data := readAll(t, fs, newest)
+	data := mustReadFile(t, fs, newest)
 	testutil.WriteFile(fs, newest, data[:len(data)-40]) // the last record cut short
 	ro, err := Open("db", Options{FS: fs, ReadOnly: true})
 	if err != nil {

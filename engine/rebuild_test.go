@@ -15,7 +15,6 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
-
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -587,4 +586,147 @@ func checkAfterRebuild(t *testing.T, fs vfs.FS, want map[string]string, what str
 	if left, _ := fs.List("db/tmp"); len(left) > 0 {
 		t.Fatalf("%s: %v left in db/tmp", what, left)
 	}
+}
+
+// RebuildIndexWith holds the database's lock from before it removes the
+// index through the Open that rebuilds it. Let go in between, another
+// process could open the database then (and rebuild the index its own way),
+// and this rebuild would fail with STATE_001 after it had dropped the index.
+func TestRebuildHoldsTheLockThroughout(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, want := compactFixture(t, fs)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var lockErr error
+	tried := false
+	rebuildIndexRemoved = func() {
+		tried = true
+		var other *DB
+		if other, lockErr = Open("db", fixtureOptions(fs)); lockErr == nil {
+			_ = other.Close()
+		}
+	}
+	defer func() { rebuildIndexRemoved = nil }()
+	plan, err := RebuildIndexWith(ctx, "db", fixtureOptions(fs), RebuildOptions{Apply: true})
+	if err != nil || !plan.Applied || !plan.Report.Rebuilt {
+		t.Fatalf("rebuild: %+v %v", plan, err)
+	}
+	if !tried {
+		t.Fatal("the hook did not run")
+	}
+	if errs.CodeOf(lockErr) != errs.CodeScopeLocked {
+		t.Fatalf("an Open between the index's removal and its rebuild: %v; want STATE_001", lockErr)
+	}
+	db = mustOpen(t, fs, fixtureOptions(fs))
+	defer db.Close()
+	checkState(t, db, want)
+}
+
+// halfRemoveFS fails RemoveAll of a directory named like the index after
+// removing half of its entries: what a crash in the middle of a removal
+// leaves.
+type halfRemoveFS struct {
+	vfs.FS
+	fired bool
+}
+
+func (f *halfRemoveFS) RemoveAll(path string) error {
+	if f.fired || !strings.Contains(f.PathBase(path), IndexDir) {
+		return f.FS.RemoveAll(path)
+	}
+	f.fired = true
+	names, err := f.List(path)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, n := range names[:len(names)/2] {
+		_ = f.FS.RemoveAll(f.PathJoin(path, n))
+	}
+	return errors.New("injected: the removal stopped half way")
+}
+
+// rebuild-index removes the index in place, file by file. Stopped part way
+// (a crash, a failed unlink) it leaves a Pebble directory whose MANIFEST
+// names tables that are gone: the next Open finds the index unreadable,
+// moves it to lost+found and rebuilds it (index_unreadable).
+func TestRebuildInterruptedWhileDroppingTheIndex(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewMem()
+	db, want := compactFixture(t, mem)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := mem.List("db/" + IndexDir); len(names) < 2 {
+		t.Fatalf("the fixture's index holds %v", names)
+	}
+	fs := &halfRemoveFS{FS: mem}
+	_, rerr := RebuildIndexWith(ctx, "db", fixtureOptions(fs), RebuildOptions{Apply: true})
+	if !fs.fired {
+		t.Fatal("the removal was not interrupted")
+	}
+	if errs.CodeOf(rerr) != errs.CodeWriteFailed {
+		t.Fatalf("rebuild stopped while it removed the index: %v; want IO_001", rerr)
+	}
+	db, err := Open("db", fixtureOptions(mem))
+	if err != nil {
+		t.Fatalf("open after a rebuild stopped while it dropped the index: %v", err)
+	}
+	if !db.RecoveryReport().Rebuilt {
+		t.Fatalf("the half-removed index was not rebuilt: %+v", db.RecoveryReport())
+	}
+	defer db.Close()
+	checkState(t, db, want)
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify: %v %+v", err, rep.Failures)
+	}
+	if left, _ := mem.List("db/tmp"); len(left) > 0 {
+		t.Fatalf("%v left in db/tmp", left)
+	}
+}
+
+// TestRebuildRefusedWhileOpen: a rebuild of a database open for
+// writing elsewhere is STATE_001, and removes nothing.
+func TestRebuildRefusedWhileOpen(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, want := compactFixture(t, fs)
+	defer db.Close()
+	// What the rebuild removes or renames, through its own view of the
+	// files: the open database's Pebble may flush or compact (and so
+	// remove tables) meanwhile, which a count of the index's files took
+	// for the rebuild's doing.
+	rec := &removalRecorder{FS: fs}
+	_, err := RebuildIndexWith(ctx, "db", fixtureOptions(rec), RebuildOptions{Apply: true, FromSnapshot: true})
+	if errs.CodeOf(err) != errs.CodeScopeLocked {
+		t.Fatalf("rebuild of an open database: %v; want STATE_001", err)
+	}
+	if len(rec.changed) > 0 {
+		t.Fatalf("the refused rebuild removed or renamed %v", rec.changed)
+	}
+	checkState(t, db, want)
+}
+
+// removalRecorder records every path its user removes or renames.
+type removalRecorder struct {
+	vfs.FS
+	mu      sync.Mutex
+	changed []string
+}
+
+func (r *removalRecorder) note(path string) {
+	r.mu.Lock()
+	r.changed = append(r.changed, path)
+	r.mu.Unlock()
+}
+
+func (r *removalRecorder) Remove(name string) error { r.note(name); return r.FS.Remove(name) }
+
+func (r *removalRecorder) RemoveAll(name string) error { r.note(name); return r.FS.RemoveAll(name) }
+
+func (r *removalRecorder) Rename(oldname, newname string) error {
+	r.note(oldname)
+	return r.FS.Rename(oldname, newname)
 }

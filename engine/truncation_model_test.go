@@ -1,8 +1,7 @@
 package engine
 
 // A model check of reads, verify and both rebuilds after several
-// truncations that keep each key's last version of every removed segment
-// (stop 18's second review; it failed after a rebuild from a snapshot).
+// truncations that keep each key's last version of every removed segment.
 
 import (
 	"context"

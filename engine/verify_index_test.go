@@ -234,3 +234,42 @@ func TestVerifyOptions(t *testing.T) {
 		t.Fatal("verify with an ended context succeeded")
 	}
 }
+
+// Index rows of an anchor the index does not know (no 'a' row, no segments)
+// are not a projection of any log: verify reports them in every table, 'k',
+// 'i', 's', 'n' and 'r' (INT_004). A forged 'i' row for an anchor not yet
+// written would otherwise have the anchor's first append with that
+// idempotency key refused as a conflict, or answered "duplicate" and
+// dropped.
+func TestVerifyFindsRowsOfAnUnknownAnchor(t *testing.T) {
+	ctx := context.Background()
+	db, _ := verifyFixture(t)
+	rows := map[string][2][]byte{
+		"'i'": {schema.IdemKey("ghost-i", []byte("op")), (&schema.Idem{Seq: 1, Counter: 5}).Append(nil)},
+		"'s'": {schema.SeqKey("ghost-s", 1), (&schema.Location{Segno: 1, Offset: 100, Size: 50, Counter: 3}).Append(nil)},
+		"'n'": {schema.NodeKey("ghost-n", 8, 0), make([]byte, segment.HashSize)},
+		"'r'": {schema.KeptKey("ghost-r", 1), []byte("frame")},
+	}
+	for name, kv := range rows {
+		t.Run(name, func(t *testing.T) {
+			setRow(t, db, kv[0], kv[1])
+			defer setRow(t, db, kv[0], nil)
+			rep, err := db.Verify(ctx, VerifyOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			anchor := "ghost-" + name[1:2]
+			for _, f := range rep.Failures {
+				if f.Code == errs.CodeIndexMismatch && f.Anchor == anchor {
+					return
+				}
+			}
+			t.Fatalf("%s row of unknown anchor %q: want INT_004, got %+v", name, anchor, rep.Failures)
+		})
+	}
+	// A verify restricted to some anchors does not look for them.
+	setRow(t, db, rows["'i'"][0], rows["'i'"][1])
+	if rep, err := db.Verify(ctx, VerifyOptions{Anchors: []string{"a1"}}); err != nil || !rep.OK {
+		t.Fatalf("restricted: %+v %v", rep, err)
+	}
+}

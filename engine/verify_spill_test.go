@@ -29,7 +29,7 @@ func TestVerifySpilledRows(t *testing.T) {
 		"HistoryFromMissingRow":        {TestVerifyHistoryFromMissingRow, true},
 		"HistoryFromExtraVersion":      {TestVerifyHistoryFromExtraVersion, true},
 		"HistoryFromAfterRebuild":      {TestVerifyHistoryFromAfterRebuildNoFalseFindings, false},
-		"TamperedRowAboveHistoryFrom":  {TestReview2VerifyTamperedRowAboveHistoryFrom, true},
+		"TamperedRowAboveHistoryFrom":  {TestVerifyNamesOnlyTheTamperedRowAboveTheRebuiltState, true},
 		"IncrementalVerifyInsideAStub": {TestIncrementalVerifyInsideAStubAfterRebuild, false},
 		"IndexDamage":                  {TestVerifyIndexDamage, true},
 	} {

@@ -195,9 +195,9 @@ func truncatedUnderCheckpoint(t *testing.T, fs vfs.FS) (*DB, *proof.Checkpoint, 
 // An incremental verify (VerifyOptions.From) whose trusted sizes lie inside
 // stubs passes on a sound database after the index is rebuilt from the
 // files, as it does with the index compaction wrote. The rebuilt 's' rows
-// of truncated records say offset 0, which the pass took for "start of the
-// segment" and so began a full check inside the stub: a false INT_002 and
-// an INT_004 per trusted seq (stop 18's review).
+// of truncated records say offset 0, which is not "start of the segment":
+// taken so, the pass would begin a full check inside the stub, with a false
+// INT_002 and an INT_004 per trusted seq.
 func TestIncrementalVerifyInsideAStubAfterRebuild(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
@@ -232,9 +232,9 @@ func TestIncrementalVerifyInsideAStubAfterRebuild(t *testing.T) {
 
 // TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog: a snapshot whose log
 // was truncated below its frontier cannot be proved by replay, and its file
-// and state hashes are unkeyed: a rewritten one (another value, hashes
-// recomputed) passed verify (stop 18's review). verify now requires such a
-// snapshot to be the one the audit log recorded as created.
+// and state hashes are unkeyed, so a rewritten one (another value, hashes
+// recomputed) would pass them. verify requires such a snapshot to be the one
+// the audit log recorded as created.
 func TestVerifyHoldsAnUnreplayableSnapshotToTheAuditLog(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
@@ -275,7 +275,7 @@ func coverVKey(t testing.TB) string {
 // TestVerifyTakesNoVoucherPastTheAuditHead: the audit chain has no key, so
 // a line appended to the file after the head the index recorded vouches for
 // nothing: a rewritten unreplayable snapshot with such a line is still
-// INT_003 (stop 18's fourth review).
+// INT_003.
 func TestVerifyTakesNoVoucherPastTheAuditHead(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
@@ -353,8 +353,7 @@ func forgeUnreplayableSnapshot(t *testing.T, db *DB, fs vfs.FS) (target, forged 
 
 // TestForgedAuditLineIsNotLaunderedByTheNextAppend: a line appended to the
 // audit log by anyone else must not come to count when the database writes
-// its next line after it (stop 18's fifth review: it then vouched for a
-// forged snapshot). The database refuses to append past a line it did not
+// its next line after it (and so vouch for a forged snapshot). The database refuses to append past a line it did not
 // write, and verify still reports the forgery.
 func TestForgedAuditLineIsNotLaunderedByTheNextAppend(t *testing.T) {
 	ctx := context.Background()
@@ -378,5 +377,166 @@ func TestForgedAuditLineIsNotLaunderedByTheNextAppend(t *testing.T) {
 	}
 	if rep.OK {
 		t.Fatalf("verify accepts forged snapshot %s after the database's next audited action", forged.Name)
+	}
+}
+
+// A truncated record's 's' row must carry the counter its stub records: the
+// stub is what is left of the log, and the merged order and a rebuilt index
+// take the counter from it. A row with the right hash and another counter
+// (still between its neighbours') is INT_004.
+func TestVerifyFindsATruncatedRowsCounter(t *testing.T) {
+	db := truncatedFixture(t)
+	e, _, err := db.location("a1", 5)
+	if err != nil || e.Size != 0 {
+		t.Fatalf("seq 5 of a1 is not truncated: %+v %v", e, err)
+	}
+	next, _, _ := db.location("a1", 6)
+	if next.Counter <= e.Counter+1 {
+		t.Fatalf("no room for another counter between seqs 5 and 6: %d %d", e.Counter, next.Counter)
+	}
+	good := e.Append(nil)
+	e.Counter++
+	setRow(t, db, schema.SeqKey("a1", 5), e.Append(nil))
+	wantFinding(t, db, errs.CodeIndexMismatch, "a1", 5, "counter")
+	setRow(t, db, schema.SeqKey("a1", 5), good)
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// The idempotency keys of truncated records live on in their stub and in 'i'
+// rows (a key once used is never freed, CONTRACT §7). Verify checks such a
+// row against the stub, not only against the record's 's' row: a deleted row
+// (the key freed: a retry appends again), a row with another fingerprint (a
+// retry refused as a conflict) and a forged row naming a truncated seq (a
+// new append answered "duplicate" and dropped) are each INT_004.
+func TestVerifyChecksTruncatedIdempotencyRows(t *testing.T) {
+	db := truncatedFixture(t)
+	k := schema.IdemKey("a1", []byte("op-10"))
+	v := getRow(t, db, k)
+	ie, err := schema.DecodeIdem(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _, _ := db.location("a1", ie.Seq); e.Size != 0 {
+		t.Fatalf("the record of op-10 is not truncated: %+v", e)
+	}
+	t.Run("deleted", func(t *testing.T) {
+		setRow(t, db, k, nil)
+		defer setRow(t, db, k, v)
+		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
+	})
+	t.Run("other fingerprint", func(t *testing.T) {
+		bad := ie
+		bad.Fingerprint[0] ^= 1
+		setRow(t, db, k, bad.Append(nil))
+		defer setRow(t, db, k, v)
+		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
+	})
+	t.Run("forged key", func(t *testing.T) {
+		forged := schema.IdemKey("a1", []byte("never-used"))
+		setRow(t, db, forged, v)
+		defer setRow(t, db, forged, nil)
+		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
+	})
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// A stub keeps the last version of each key its segment wrote, and the index
+// keeps it in a 'k' row and an 'r' row, so the state at the log's start
+// stays (a delete there must stay a delete). Verify requires those rows, not
+// only checks them when they are there: a deleted 'k' row, or both rows
+// deleted, is a finding.
+func TestVerifyChecksKeptVersionRows(t *testing.T) {
+	db := truncatedFixture(t)
+	it, err := db.index.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k, v []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if it.Key()[0] == schema.TagKey && schema.KindOf(it.Value()) == schema.Kept {
+			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
+			break
+		}
+	}
+	_ = it.Close()
+	if k == nil {
+		t.Fatal("no kept version of a truncated record")
+	}
+	ve, _ := schema.DecodeVersion(v)
+	_, _, anchor, _ := schema.ParseVersionKey(k)
+	rk := schema.KeptKey(anchor, ve.Seq)
+	rv := getRow(t, db, rk)
+	t.Run("k row deleted", func(t *testing.T) {
+		setRow(t, db, k, nil)
+		defer setRow(t, db, k, v)
+		wantFinding(t, db, errs.CodeIndexMismatch, anchor, ve.Seq, "'k' row")
+	})
+	t.Run("k and r rows deleted", func(t *testing.T) {
+		setRow(t, db, k, nil)
+		setRow(t, db, rk, nil)
+		defer setRow(t, db, k, v)
+		defer setRow(t, db, rk, rv)
+		wantFinding(t, db, errs.CodeIndexMismatch, anchor, ve.Seq, "'r' row")
+	})
+	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
+	}
+}
+
+// The same rows are checked by an incremental verify that starts inside a
+// stub, for the records after its trusted size.
+func TestVerifyChecksKeptVersionRowsFromACheckpoint(t *testing.T) {
+	ctx := context.Background()
+	db, cp, vkey := truncatedUnderCheckpoint(t, vfs.NewMem())
+	defer func() { _ = db.Close() }()
+	opts := VerifyOptions{From: cp, VerifierKeys: []string{vkey, coverVKey(t)}}
+	if rep, err := db.Verify(ctx, opts); err != nil || !rep.OK {
+		t.Fatalf("sound: %+v %v", rep, err)
+	}
+	it, err := db.index.NewIter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k, v []byte
+	var anchor string
+	var ve schema.Version
+	for ok := it.First(); ok; ok = it.Next() {
+		if it.Key()[0] != schema.TagKey || schema.KindOf(it.Value()) != schema.Kept {
+			continue
+		}
+		ve, _ = schema.DecodeVersion(it.Value())
+		_, _, anchor, _ = schema.ParseVersionKey(it.Key())
+		if e, ok := cp.Entry(anchor); ok && ve.Seq > e.Size {
+			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
+			break
+		}
+	}
+	_ = it.Close()
+	if k == nil {
+		t.Fatal("no kept version of a truncated record after the checkpoint")
+	}
+	rk := schema.KeptKey(anchor, ve.Seq)
+	rv := getRow(t, db, rk)
+	setRow(t, db, k, nil)
+	setRow(t, db, rk, nil)
+	rep, err := db.Verify(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range rep.Failures {
+		found = found || f.Code == errs.CodeIndexMismatch && f.Anchor == anchor && f.Seq == ve.Seq
+	}
+	if !found {
+		t.Fatalf("kept version rows of %s seq %d deleted: want INT_004, got %+v", anchor, ve.Seq, rep.Failures)
+	}
+	setRow(t, db, k, v)
+	setRow(t, db, rk, rv)
+	if rep, err := db.Verify(ctx, opts); err != nil || !rep.OK {
+		t.Fatalf("repaired: %+v %v", rep, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -178,4 +179,42 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 	if !recorded || !found {
 		t.Fatalf("findings %+v", rep.Failures)
 	}
+}
+
+// TestVerifyFindingMessagesHaveNoCode: findings built from a coded
+// error (a stored checkpoint that fails its signature or contradicts the
+// one before it, the audit log) keep that error's message but not its
+// "CODE reason" text, which the finding carries in its own fields.
+func TestVerifyFindingMessagesHaveNoCode(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, Options{FS: fs})
+	defer db.Close()
+	vkey := putsUnderCheckpoints(t, db, 4)
+	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := db.Checkpoints(ctx)
+	if err != nil || len(stored) != 4 {
+		t.Fatalf("checkpoints: %d %v", len(stored), err)
+	}
+	// A signature byte flipped: AUTH_003 with a verifier key.
+	sig, _ := fs.UnsafeGetFileDataBuffer(stored[1].Path)
+	sig[len(sig)-20] = otherBase64(sig[len(sig)-20])
+	// The audit log's last line damaged.
+	audit, _ := fs.UnsafeGetFileDataBuffer(db.AuditPath())
+	audit[len(audit)-10] ^= 1
+
+	rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
+	if err != nil || rep.OK {
+		t.Fatalf("verify: %+v %v", rep, err)
+	}
+	codes := map[errs.Code]bool{}
+	for _, f := range rep.Failures {
+		codes[f.Code] = true
+	}
+	if !codes[errs.CodeSignatureInvalid] || len(codes) < 2 {
+		t.Fatalf("findings %+v; want AUTH_003 for the checkpoint and one for the audit log", rep.Failures)
+	}
+	checkFindingMessages(t, rep)
 }

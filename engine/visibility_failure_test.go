@@ -209,9 +209,8 @@ func TestCloseAppliesAckedBacklog(t *testing.T) {
 // fsync could succeed without them). A group built while that fsync ran is
 // in a later syncer batch. It must not be acknowledged: the journal below
 // it has a hole. If it were, a power loss would take an acknowledged
-// append (found by review of the early acknowledgement; the syncer now
-// acknowledges nothing once the database failed, and the journal keeps a
-// failed fsync as its failure).
+// append. The syncer acknowledges nothing once the database has failed,
+// and the journal keeps a failed fsync as its failure.
 func TestNoEarlyAckAfterFailedJournalFsync(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewCrashableMem()

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -253,4 +255,50 @@ func TestRebuildAuditLogReadErrors(t *testing.T) {
 		t.Fatal("the rebuild read no audit log: the test injects nothing")
 	}
 	t.Logf("%d audit reads failed in turn", fired)
+}
+
+// An audit line the database wrote and recorded as its head is never written
+// over. A damaged last line looks like a torn append to the log alone, and a
+// log short of its last lines looks like one never written; only the index's
+// head tells them apart. The append is refused (INT_002) and verify keeps
+// reporting the loss; otherwise the next audited action would take the
+// line's place and record itself as the head, and the record of what was
+// removed would be gone with nothing left for verify to find.
+func TestAuditNeverOverwritesAnAcknowledgedLine(t *testing.T) {
+	for _, damage := range []string{"altered", "removed"} {
+		t.Run(damage, func(t *testing.T) {
+			ctx := context.Background()
+			fs := vfs.NewMem()
+			db := mustOpen(t, fs, Options{})
+			defer db.Close()
+			if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2; i++ {
+				if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			data := mustReadFile(t, fs, db.AuditPath())
+			lines := bytes.SplitAfter(data, []byte("\n"))
+			last := lines[len(lines)-2] // the final element is empty
+			switch damage {
+			case "altered":
+				i := bytes.Index(last, []byte(`"bytes":`)) + len(`"bytes":`)
+				last[i] = '9' // same length, newline kept
+			case "removed":
+				data = data[:len(data)-len(last)]
+			}
+			mustWriteFile(t, fs, db.AuditPath(), data)
+			if _, err := db.VerifyAuditLog(ctx); !errors.Is(err, ErrChainBroken) {
+				t.Fatalf("audit log with its last line %s: %v, want INT_002", damage, err)
+			}
+			if _, err := db.CreateSnapshot(ctx, ""); !errors.Is(err, ErrChainBroken) {
+				t.Errorf("an audited action over a log whose last line was %s: %v, want INT_002", damage, err)
+			}
+			if _, err := db.VerifyAuditLog(ctx); !errors.Is(err, ErrChainBroken) {
+				t.Errorf("after the next audited action, verify no longer sees the %s line: %v", damage, err)
+			}
+		})
+	}
 }

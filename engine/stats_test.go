@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -55,5 +56,32 @@ func TestStatsOldestUnsnapshottedAfterTheClockWentBack(t *testing.T) {
 	if st.RecordsUnsnapshotted != 6 || st.OldestUnsnapshottedAge < 10*time.Millisecond || st.OldestUnsnapshottedAge > time.Hour || st.OldestUnsnapshottedAfterNow {
 		t.Fatalf("a record dated now is the oldest: %d records, oldest age %v, after now %v; want 6, a few ms, false",
 			st.RecordsUnsnapshotted, st.OldestUnsnapshottedAge, st.OldestUnsnapshottedAfterNow)
+	}
+}
+
+// Stats measures the records not yet in a snapshot from a snapshot of this
+// log only: one of another history with larger seqs would make every record
+// look covered.
+func TestStatsIgnoreASnapshotOfAnotherLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	far := snapshot.Frontier{}
+	for info, err := range db.Anchors(ctx) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		far[info.ID] = snapshot.Head{Seq: info.Records + 1000, Hash: info.HeadHash}
+	}
+	if _, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: far}, func(func(snapshot.Entry, error) bool) {}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := db.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RecordsUnsnapshotted != 400 {
+		t.Fatalf("records not in a snapshot: %d; want all 400 (the only snapshot is not of this log)", st.RecordsUnsnapshotted)
 	}
 }

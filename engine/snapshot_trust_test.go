@@ -103,48 +103,16 @@ func checkPlanIgnores(t *testing.T, plan snapshot.Plan, intruder string) {
 	}
 }
 
-// copySnapshot writes into dir a snapshot with s's frontier, policy_ref
-// and entries, created at created: the same state in other bytes.
-func copySnapshot(t *testing.T, fs vfs.FS, dir string, s snapshot.Info, created time.Time) snapshot.Info {
-	t.Helper()
-	r, err := snapshot.Open(fs, s.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var entries []snapshot.Entry
-	for e, err := range r.Entries() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries = append(entries, e.Clone())
-	}
-	_ = r.Close()
-	c, err := snapshot.Create(fs, dir, snapshot.Meta{Frontier: s.Frontier, PolicyRef: s.PolicyRef, Created: created},
-		func(yield func(snapshot.Entry, error) bool) {
-			for _, e := range entries {
-				if !yield(e, nil) {
-					return
-				}
-			}
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 // covered is the number of records a snapshot's frontier covers.
 func covered(s snapshot.Info) uint64 { return s.Frontier.Records() }
 
-// TestReview5IntruderSteersNoRetention: the planner counted every readable
-// snapshot whose frontier was the log's, whether or not the audit log
-// vouched for it. One dropped in at the log's head stood as the newest:
-// it kept the trigger from firing (no record counted as unsnapshotted) and
-// keep_snapshots deleted the database's own snapshots in its favour. A
-// snapshot counts now only when the audit log records it, with the file
-// hash its bytes hash to and its state hash; any other is noted, neither
-// counted nor deleted.
-func TestReview5IntruderSteersNoRetention(t *testing.T) {
+// A snapshot counts for the planner only when the audit log records it, with
+// the file hash its bytes hash to and its state hash; any other is noted,
+// neither counted nor deleted. Counted, a readable snapshot with the log's
+// frontier dropped in at the log's head would stand as the newest: it would
+// keep the trigger from firing (no record counted as unsnapshotted), and
+// keep_snapshots would delete the database's own snapshots in its favour.
+func TestForgedSnapshotSteersNoRetention(t *testing.T) {
 	ctx := context.Background()
 	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 2, RawLog: "forever", VerifyBeforeDelete: true}
 	for _, k := range intruderKinds {
@@ -188,16 +156,15 @@ func TestReview5IntruderSteersNoRetention(t *testing.T) {
 	}
 }
 
-// TestReview5IntruderMovesNoCut: with raw_log "truncate", a snapshot the
-// audit log does not vouch for was kept as the newest, the database's own
-// deleted, and the cut put below it. A forged one then stopped every
-// compaction (its replay failed when it was to be adopted); one with the
-// true state was adopted and moved the cut to its frontier. The cut now
-// lies below the database's own snapshots only, and an intruder stops
-// nothing; one the replay proves is adopted before the cut (a crash
-// between a snapshot's file and its audit line leaves one), the others
-// are left for verify to report.
-func TestReview5IntruderMovesNoCut(t *testing.T) {
+// With raw_log "truncate", the truncation lies below the database's own
+// snapshots only, and a snapshot the audit log does not vouch for stops
+// nothing: one the replay proves is adopted before the truncation (a crash
+// between a snapshot's file and its audit line leaves one), the others are
+// left for verify to report. Kept as the newest instead, it would get the
+// database's own deleted and the truncation put below it: a forged one would
+// stop every compaction (its replay fails when it is to be adopted), and one
+// with the true state would move the log's start to its frontier.
+func TestForgedSnapshotMovesNoTruncation(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range intruderKinds {
 		t.Run(k.String(), func(t *testing.T) {
@@ -259,11 +226,10 @@ func TestReview5IntruderMovesNoCut(t *testing.T) {
 	}
 }
 
-// TestReview5StatsCountOnlyTheDatabasesSnapshots: Stats measured the
-// records not yet in a snapshot from the newest readable snapshot of the
-// log, vouched for or not: one dropped in at the head made every record
-// look covered.
-func TestReview5StatsCountOnlyTheDatabasesSnapshots(t *testing.T) {
+// Stats measures the records not yet in a snapshot from the newest snapshot
+// the audit log vouches for. Measured from any readable snapshot of the log,
+// one dropped in at the head would make every record look covered.
+func TestStatsCountOnlyTheDatabasesSnapshots(t *testing.T) {
 	ctx := context.Background()
 	for _, k := range intruderKinds {
 		t.Run(k.String(), func(t *testing.T) {
@@ -286,12 +252,11 @@ func TestReview5StatsCountOnlyTheDatabasesSnapshots(t *testing.T) {
 	}
 }
 
-// TestReview5VerifyHoldsAVouchedNameToItsHashes: a snapshot written over
-// one the audit log vouches for, with the same frontier and state but
-// other bytes (another creation time, which dates the time trigger),
-// passed verify, because its replay gives the recorded state. Its file
-// hash is not the one the audit log recorded under its name: INT_003.
-func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
+// A snapshot written over one the audit log vouches for, with the same
+// frontier and state but other bytes (another creation time, which dates the
+// time trigger), is INT_003: its file hash is not the one the audit log
+// recorded under its name, though its replay gives the recorded state.
+func TestVerifyHoldsAnAuditedNameToItsHashes(t *testing.T) {
 	ctx := context.Background()
 	fs, db, own := fixtureWithOwnSnapshot(t)
 	re := copySnapshot(t, fs, "elsewhere", own, own.Created.AddDate(10, 0, 0))
@@ -313,17 +278,16 @@ func TestReview5VerifyHoldsAVouchedNameToItsHashes(t *testing.T) {
 	}
 }
 
-// TestReview5AdoptionFromTheFuture: a compaction that cuts the log adopts
-// a snapshot the audit log does not record when a replay proves its state.
-// The replay says nothing of its creation time, which dates the time
-// trigger: a true-state copy dated ten years ahead, once adopted, kept
-// every_seconds from firing for ten years, so review 5 refused to adopt a
-// file dated after now. That left the database's own snapshot, dated
-// after now by a clock set back across a crash, to be cut below and
-// reported corrupt (TestCompactCrashBeforeSnapshotAuditLine). Now such a
-// file is adopted, the plan notes its date, and the planner takes the date
-// as due: the next run with new records takes a snapshot.
-func TestReview5AdoptionFromTheFuture(t *testing.T) {
+// A compaction that truncates the log adopts a snapshot the audit log does
+// not record when a replay proves its state. The replay says nothing of its
+// creation time, which dates the time trigger, and a file dated after now
+// may be the database's own snapshot, dated so by a clock set back across a
+// crash (TestCompactCrashBeforeSnapshotAuditLine): refused, it would be
+// truncated below and reported corrupt. So such a file is adopted, the plan
+// notes its date, and the planner takes the date as due: the next run with
+// new records takes a snapshot, and a true-state copy dated ten years ahead
+// cannot keep every_seconds from firing for ten years.
+func TestAdoptionOfASnapshotDatedInTheFuture(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
 	db, _ := compactFixture(t, fs)
@@ -373,10 +337,10 @@ func TestReview5AdoptionFromTheFuture(t *testing.T) {
 	}
 }
 
-// TestReview5BrokenAuditLogVouchesForNothing: with an audit log whose chain
+// TestBrokenAuditLogVouchesForNothing: with an audit log whose chain
 // fails, no snapshot is known to be the database's: the plan counts none,
 // deletes none, and its notes say why (not that the log lacks them).
-func TestReview5BrokenAuditLogVouchesForNothing(t *testing.T) {
+func TestBrokenAuditLogVouchesForNothing(t *testing.T) {
 	ctx := context.Background()
 	fs, db, own := fixtureWithOwnSnapshot(t)
 	// A second line: a failing last line alone reads as a torn append.
@@ -384,10 +348,10 @@ func TestReview5BrokenAuditLogVouchesForNothing(t *testing.T) {
 	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	data := readAll(t, fs, db.AuditPath())
+	data := mustReadFile(t, fs, db.AuditPath())
 	i := strings.Index(string(data), `"time":"`) + len(`"time":"`)
 	data[i] ^= 1 // the first line's time: its hash no longer holds
-	writeAll(t, fs, db.AuditPath(), data)
+	mustWriteFile(t, fs, db.AuditPath(), data)
 	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
 	res, err := db.Compact(ctx, policy, CompactOptions{})
 	if err != nil {
@@ -413,4 +377,91 @@ func fixtureWithOwnSnapshot(t *testing.T) (*vfs.MemFS, *DB, snapshot.Info) {
 		t.Fatal(err)
 	}
 	return fs, db, own
+}
+
+// The compaction planner leaves out, with a note, a well-formed snapshot
+// whose frontier is not the log's (another database's, or one made up), as
+// it does a snapshot that cannot be read. Counted, it would stand as the
+// newest: keep_snapshots would delete the database's own snapshots, and no
+// record would count as unsnapshotted, so none would be taken again.
+func TestCompactionIgnoresASnapshotOfAnotherLog(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db, _ := compactFixture(t, fs)
+	defer db.Close()
+	policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1}, KeepSnapshots: 1, RawLog: "forever", VerifyBeforeDelete: true}
+	res, err := db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil || res.Created == nil {
+		t.Fatalf("compact: %+v %v", res, err)
+	}
+	own := *res.Created
+	far := snapshot.Frontier{}
+	for id, h := range own.Frontier {
+		far[id] = snapshot.Head{Seq: h.Seq + 1000, Hash: h.Hash}
+	}
+	foreign, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: far}, func(func(snapshot.Entry, error) bool) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillAnchor(t, db, "a0", 5, "more")
+	res, err = db.Compact(ctx, policy, CompactOptions{Apply: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Created == nil {
+		t.Fatalf("records since the database's own snapshot, yet none was taken: %+v", res.Plan)
+	}
+	for _, a := range res.Plan.Actions {
+		if a.Kind == snapshot.ActionDeleteSnapshot && a.Snapshot == foreign.Name {
+			t.Fatalf("the plan deletes the foreign snapshot, which is not the database's: %+v", a)
+		}
+	}
+	list, err := db.Snapshots(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, s := range list {
+		names[s.Name] = true
+	}
+	if !names[res.Created.Name] {
+		t.Fatalf("the snapshot just taken is gone: %v", names)
+	}
+	noted := false
+	for _, n := range res.Plan.Notes {
+		noted = noted || strings.Contains(n, foreign.Name)
+	}
+	if !noted {
+		t.Fatalf("no note names %s: %q", foreign.Name, res.Plan.Notes)
+	}
+}
+
+// copySnapshot writes into dir a snapshot with s's frontier, policy_ref
+// and entries, created at created: the same state in other bytes.
+func copySnapshot(t *testing.T, fs vfs.FS, dir string, s snapshot.Info, created time.Time) snapshot.Info {
+	t.Helper()
+	r, err := snapshot.Open(fs, s.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []snapshot.Entry
+	for e, err := range r.Entries() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e.Clone())
+	}
+	_ = r.Close()
+	c, err := snapshot.Create(fs, dir, snapshot.Meta{Frontier: s.Frontier, PolicyRef: s.PolicyRef, Created: created},
+		func(yield func(snapshot.Entry, error) bool) {
+			for _, e := range entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -5,14 +5,20 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
+	"github.com/anchordb/anchordb/proof"
+	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// SPEC §3: damage in the middle of a log makes the anchor read-only until an
+// CONTRACT §3: damage in the middle of a log makes the anchor read-only until an
 // operator acts. A clean Open reads no segment, so damage done while the
 // database was closed is first seen by a read or by Verify; from then on,
 // and across reopens, the anchor takes no append, while other anchors do.
@@ -269,5 +275,175 @@ func TestDamageFoundWhileClosingIsKept(t *testing.T) {
 	wantReadOnly(t, db, "after a close that waited for the read")
 	if !reportsDamage(db, "t") {
 		t.Fatalf("open did not report the damage: %+v", db.RecoveryReport())
+	}
+}
+
+// After a crash, recovery moves the Lamport clock past every anchor's last
+// counter (the clock is persisted only at settles), a damaged anchor's
+// included. Otherwise a new local write gets a counter below records already
+// held and loses, in merged order, to an older put of the same key (CONTRACT
+// §1: counter = max(last counter of this anchor, highest counter the
+// database has seen) + 1).
+func TestDamagedAnchorStillAdvancesTheClock(t *testing.T) {
+	ctx := context.Background()
+	mem := vfs.NewCrashableMem()
+	db, err := Open("db", Options{FS: mem, SegmentSize: 1024, SettleBytes: 1 << 30, SettleInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("k"), Value: bytes.Repeat([]byte{'a' + byte(i)}, 60)}); err != nil {
+			t.Fatal(err)
+		}
+		if i == 12 {
+			if err := db.Sync(context.Background()); err != nil { // the clock is persisted here; segment 1 sealed and settled
+				t.Fatal(err)
+			}
+		}
+	}
+	// A flush of the index between settles: it now holds counters above the
+	// persisted clock.
+	if _, err := db.Compact(ctx, snapshot.DefaultPolicy(), CompactOptions{Apply: true}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+	_ = db.Close()
+	// A bit flip in the seal of anchor a's first (sealed) segment: damage.
+	seg1 := crashed.PathJoin(segment.AnchorDir(crashed, "db", "a"), segment.FileName(1))
+	f, err := crashed.OpenReadWrite(seg1, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.Stat()
+	b := make([]byte, 1)
+	_, _ = f.ReadAt(b, st.Size()-1)
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, st.Size()-1); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Sync()
+	_ = f.Close()
+
+	db2, err := Open("db", Options{FS: crashed, SegmentSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	info, _, err := db2.AnchorInfo(context.Background(), "a")
+	if err != nil || info.Damage == "" {
+		t.Fatalf("anchor a should be damaged: %+v %v", info, err)
+	}
+	r, err := db2.Append(ctx, Entry{Anchor: "b", Type: segment.TypePut, Key: []byte("k"), Value: []byte("newest")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Counter <= info.LastCounter {
+		t.Errorf("new append got counter %d; the database already holds counter %d (anchor a)", r.Counter, info.LastCounter)
+	}
+	if v, err := db2.Get(ctx, []byte("k")); err != nil || string(v.Value) != "newest" {
+		t.Errorf("Get right after an acknowledged put = %s seq %d, %v; want b's value", v.Anchor, v.Seq, err)
+	}
+}
+
+// A finding of Verify or a read makes its anchor read-only until an operator
+// rebuilds the index (damage.go), so a false finding on a healthy database
+// stops the anchor's writers. The two tests below are ways a healthy
+// database could get one.
+
+// A compaction that truncates segments while Verify reads them: a segment
+// Verify listed is gone, and its successor's header does not continue the
+// chain Verify read. That is no damage: Verify does not report INT_002 for
+// it, and the anchor stays writable.
+func TestVerifyDuringTruncationMarksNothing(t *testing.T) {
+	ctx := context.Background()
+	fs := &openHookFS{FS: vfs.NewMem(), match: ".seg"}
+	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
+	defer db.Close()
+	fillOutOfLine(t, db, "a", 300)
+	if _, err := coveredCompact(t, db, truncatePolicy, CompactOptions{Apply: true}); err != nil { // S1
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a", []byte("other"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	coverKeysCheckpoint(t, db)
+
+	// Verify's first open of a segment runs the compaction that truncates
+	// it, and waits for it a while (a compaction that waits for Verify
+	// instead is the fix).
+	done := make(chan struct{})
+	var res CompactionResult
+	var cerr error
+	fs.hook = func() {
+		go func() {
+			defer close(done)
+			res, cerr = db.Compact(ctx, truncatePolicy, CompactOptions{Apply: true})
+		}()
+		select {
+		case <-done:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	fs.armed.Store(true)
+	rep, err := db.Verify(ctx, VerifyOptions{})
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cerr != nil || res.RemovedBytes == 0 {
+		t.Fatalf("the compaction removed nothing: %v %s", cerr, res.Plan)
+	}
+	if _, err := db.Put(ctx, "a", []byte("after"), []byte("y")); err != nil {
+		t.Fatalf("the anchor is read-only after a Verify across a truncation: %v", err)
+	}
+	if !rep.OK {
+		t.Fatalf("Verify across a truncation: %+v", rep.Failures)
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify after: %+v %v", rep, err)
+	}
+}
+
+// A checkpoint passed as VerifyOptions.From is the caller's claim: one that
+// disagrees with the anchors' trees (a wrong root, more records than the log
+// has) is reported, and each anchor is then checked in full, which finds any
+// damage of the log itself. The disagreement alone makes no anchor
+// read-only, or any checkpoint object with this database's origin, signed by
+// anyone (or, built in code, by no one), would stop their writers. The same
+// holds for what the stored checkpoints claim.
+func TestVerifyFromAWrongCheckpointMarksNothing(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewMem()
+	db := mustOpen(t, fs, memOpts(fs))
+	defer db.Close()
+	appendN(t, db, []string{"a", "b"}, 30, "x")
+	skey, _ := coverKeys(t)
+	_, cp, err := db.CreateCheckpoint(ctx, skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := slices.Clone(cp.Entries)
+	entries[0].Root[0] ^= 1 // a: another root
+	entries[1].Size += 5    // b: records the log does not have
+	wrong, err := proof.NewCheckpoint(db.ID(), cp.Time, entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := db.Verify(ctx, VerifyOptions{From: wrong})
+	if err != nil || rep.OK {
+		t.Fatalf("a wrong checkpoint is not reported: %+v %v", rep, err)
+	}
+	for _, f := range rep.Failures {
+		if f.Anchor != "a" && f.Anchor != "b" {
+			t.Fatalf("finding %+v", f)
+		}
+	}
+	for _, a := range []string{"a", "b"} {
+		if _, err := db.Put(ctx, a, []byte("k"), []byte("v")); err != nil {
+			t.Errorf("anchor %s is read-only after a Verify from a wrong checkpoint: %v", a, err)
+		}
+	}
+	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+		t.Fatalf("verify without it: %+v %v", rep, err)
 	}
 }

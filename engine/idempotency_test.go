@@ -9,12 +9,12 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// TestReviewDurableRetryOfNoSyncAppend: a durable append (the default) that
-// is a retry of a NoSync append returns only once the record its receipt
-// names is durable (SPEC §3, §7): the duplicate receipt must survive a power
-// loss right after it. The duplicate fast path of admission answered it at
-// once, with the original's journal block not yet fsynced.
-func TestReviewDurableRetryOfNoSyncAppend(t *testing.T) {
+// A durable append (the default) that is a retry of a NoSync append returns
+// only once the record its receipt names is durable (CONTRACT §3, §7): the
+// duplicate receipt must survive a power loss right after it. Admission's
+// duplicate fast path must not answer it while the original's journal block
+// is not yet fsynced.
+func TestDurableRetryOfNoSyncAppendWaitsForItsFsync(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		name := map[bool]string{false: "append", true: "batch"}[batch]
 		t.Run(name, func(t *testing.T) {

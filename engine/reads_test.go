@@ -11,10 +11,10 @@ import (
 )
 
 // Log's to is inclusive and any seq is a legal bound (the CLI's --to takes
-// any uint64): a to of MaxUint64 means every record from from on. The
-// upper bound of the index scan was schema.SeqKey(to+1), which wrapped to seq 0,
-// below the lower bound, and the log came back empty.
-func TestReviewLogToMaxUint64(t *testing.T) {
+// any uint64): a to of MaxUint64 means every record from from on. The index
+// scan's upper bound cannot be schema.SeqKey(to+1), which wraps to seq 0,
+// below the lower bound, and gives an empty log.
+func TestLogToMaxUint64(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
 	db := mustOpen(t, fs, memOpts(fs))
@@ -44,11 +44,11 @@ func TestReviewLogToMaxUint64(t *testing.T) {
 	}
 }
 
-// An illegal anchor id is INPUT_001 (SPEC §8, §9) for every read that takes
-// one, as Log already answered. Record looked the id up and called it a
-// missing record (STATE_003): a caller told the record is not there yet
-// would wait for one that can never exist.
-func TestReviewRecordBadAnchorIsInvalidInput(t *testing.T) {
+// An illegal anchor id is INPUT_001 (CONTRACT §8, §9) for every read that
+// takes one, Record as well as Log. Called a missing record (STATE_003), it
+// would have a caller told the record is not there yet wait for one that can
+// never exist.
+func TestRecordOfAnIllegalAnchorIsInvalidInput(t *testing.T) {
 	ctx := context.Background()
 	fs := vfs.NewMem()
 	db := mustOpen(t, fs, memOpts(fs))

@@ -5,28 +5,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
-// Regression tests for what a review of recovery and crash safety found.
+// Recovery after a process kill, a power loss, or one after the other:
+// every acknowledged append survives, and recovery cuts only a torn tail.
 
 // A process kill leaves a segment created since the last settle (and, for a
 // new anchor, its directory) in the page cache: file data and directory
-// entries alike unsynced. Recovery found the file intact, so journal replay
-// rewrote nothing, and reconciliation adopted its records after fsyncing the
-// file but not the directories naming it; then Open dropped the journal that
-// held the records. A power loss after that Open (or after a clean Close of
-// it) took the directory entries, and with them records the index vouches
-// for: acknowledged appends lost, the anchor reported damaged (SPEC §3: an
-// acknowledged append is never lost by a crash at any point, and no record
-// is ever indexed that is not in a segment).
+// entries alike unsynced. Recovery finds the file intact, so journal replay
+// rewrites nothing, and reconciliation adopts its records; it must fsync the
+// file and the directories naming it before Open drops the journal that held
+// the records. Otherwise a power loss after that Open (or after a clean
+// Close of it) takes the directory entries, and with them records the index
+// vouches for: acknowledged appends lost, the anchor reported damaged
+// (CONTRACT §3: an acknowledged append is never lost by a crash at any
+// point, and no record is ever indexed that is not in a segment).
 func TestKillThenPowerLossAfterRecoveryKeepsNewSegments(t *testing.T) {
 	for _, closeFirst := range []bool{false, true} {
 		for _, noSync := range []bool{false, true} {
@@ -98,7 +101,7 @@ func TestKillThenPowerLossAfterRecoveryKeepsNewSegments(t *testing.T) {
 // synced; here recovery starts from a kill, and must itself make durable
 // whatever it vouches for, before it drops the journal. Every acknowledged
 // durable append must survive, and once the recovery has returned, every
-// NoSync one too (SPEC §3; docs/RELIABILITY.md: a process kill loses
+// NoSync one too (CONTRACT §3; docs/RELIABILITY.md: a process kill loses
 // nothing acknowledged in either mode).
 func TestKillThenCrashDuringRecovery(t *testing.T) {
 	maxN := 24
@@ -173,12 +176,12 @@ func TestKillThenCrashDuringRecovery(t *testing.T) {
 // A seal is written, then fsynced, by the applier after the journal block
 // that decided it (with the next segment's first record) is durable. When
 // that journal block is the first after a settle, recovery checks the seal
-// in restorePreviousSeal and, finding it intact, did nothing more; but after
-// a process kill between the seal's write and its fsync (here: the fsync
-// fails, then the process is killed), "intact" means in the page cache
-// only. Recovery then dropped the journal, and a power loss took the seal:
-// the sealed segment read as unsealed with a newer one after it, damage,
-// and the acknowledged append in the next segment unreadable (SPEC §3).
+// in restorePreviousSeal. After a process kill between the seal's write and
+// its fsync (here: the fsync fails, then the process is killed), an intact
+// seal may be in the page cache only, so recovery makes it durable before it
+// drops the journal. Otherwise a power loss takes the seal: the sealed
+// segment reads as unsealed with a newer one after it, damage, and the
+// acknowledged append in the next segment is unreadable (CONTRACT §3).
 func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 	ctx := context.Background()
 	const an = "seal"
@@ -276,9 +279,10 @@ func checkRecovered(t *testing.T, db *DB, acked []Receipt) {
 // was settled: the records past its end were acknowledged, settled into
 // their segment, and their journal dropped long ago. A frame damaged there
 // (a bit flip) with whole records after it is damage in the middle of the
-// log, as it is for a rebuild; recovery cut it and every record after it
-// as a torn tail, losing acknowledged records (SPEC §3: damage anywhere but
-// a torn tail is never repaired; it is reported and the anchor read-only).
+// log, as it is for a rebuild: recovery reports it and does not cut it and
+// every record after it as a torn tail, which would lose acknowledged
+// records (CONTRACT §3: damage anywhere but a torn tail is never repaired;
+// it is reported and the anchor read-only).
 func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
@@ -356,12 +360,12 @@ func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
 	}
 }
 
-// An anchor whose only segment has lost its header (it is shorter than
-// one) while the index has settled records in it is damaged, and its files
-// stay as they are for an operator (docs/RELIABILITY.md: nothing of a
-// damaged anchor is rewritten or removed). Reconciliation took the
-// headerless file for a torn creation and removed it before it knew the
-// anchor, then reported the anchor's segments missing.
+// An anchor whose only segment has lost its header (it is shorter than one)
+// while the index has settled records in it is damaged, and its files stay
+// as they are for an operator (docs/RELIABILITY.md: nothing of a damaged
+// anchor is rewritten or removed). Reconciliation must not take the
+// headerless file for a torn creation and remove it before it knows the
+// anchor (and then report the anchor's segments missing).
 func TestHeaderlessOnlySegmentOfIndexedAnchorIsKept(t *testing.T) {
 	ctx := context.Background()
 	mem := vfs.NewMem()
@@ -415,4 +419,128 @@ func killQuiesced(t *testing.T, db *DB) {
 		t.Fatal(err)
 	}
 	killDB(t, db)
+}
+
+// Compaction truncates sealed segments while the journal since the last
+// settle may still hold frames of them, or the group that sealed them. After
+// a crash right after (even a process kill, every byte intact), journal
+// replay must neither look for the removed segment nor recreate it empty,
+// and must not report the anchor damaged: a crash at any moment of a
+// compaction leaves a database that opens and verifies (CONTRACT §6).
+func TestCrashAfterCompactionWithUnsettledJournal(t *testing.T) {
+	for _, settleAfter := range []int{6, 4} {
+		// 5 records fill a 1 KiB segment. settleAfter=6: the journal starts
+		// inside segment 2. settleAfter=4: it starts with the first record
+		// of segment 2, whose group sealed segment 1.
+		t.Run(fmt.Sprintf("settleAfter=%d", settleAfter), func(t *testing.T) {
+			ctx := context.Background()
+			mem := vfs.NewCrashableMem()
+			db, err := Open("db", Options{FS: mem, SegmentSize: 1024, SettleBytes: 1 << 30, SettleInterval: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 40; i++ {
+				if _, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i%5)), Value: bytes.Repeat([]byte("v"), 60)}); err != nil {
+					t.Fatal(err)
+				}
+				if i == settleAfter {
+					if err := db.Sync(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			policy := snapshot.Policy{Version: "v1", Snapshot: snapshot.Triggers{EveryRecords: 1},
+				KeepSnapshots: 1, RawLog: "truncate", VerifyBeforeDelete: true}
+			// The first pass takes a snapshot, the second removes the sealed
+			// segments wholly below it. Nothing settles in between.
+			if _, err := coveredCompact(t, db, policy, CompactOptions{Apply: true}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := coveredCompact(t, db, policy, CompactOptions{Apply: true})
+			if err != nil || res.RemovedBytes == 0 {
+				t.Fatalf("compact: %+v %v", res, err)
+			}
+			crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+			_ = db.Close()
+
+			db2, err := Open("db", Options{FS: crashed, SegmentSize: 1024})
+			if err != nil {
+				t.Fatalf("open after crash: %v", err)
+			}
+			defer db2.Close()
+			for _, ev := range db2.RecoveryReport().Events {
+				if ev.Kind == EventDamaged {
+					t.Errorf("a crash after compaction left damage: %v", ev)
+				}
+			}
+			if _, err := db2.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("after"), Value: []byte("x")}); err != nil {
+				t.Errorf("append after recovery: %v", err)
+			}
+			if rep, err := db2.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+				t.Errorf("verify after crash: %v %+v", err, rep.Failures)
+			}
+		})
+	}
+}
+
+// Process kill, then rebuild-index [--from-snapshot] --apply, then a power
+// loss: every acknowledged append survives. The rebuild (from a snapshot
+// too) indexes the unsettled tail, so it must make the tail durable before
+// Open deletes the journal that held it.
+func TestRebuildAfterKillThenPowerLoss(t *testing.T) {
+	for _, fromSnapshot := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fromSnapshot=%v", fromSnapshot), func(t *testing.T) {
+			ctx := context.Background()
+			mem := vfs.NewCrashableMem()
+			opts := Options{FS: mem, SettleInterval: time.Hour, SettleBytes: 1 << 30}
+			db, err := Open("db", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 3; i++ {
+				if _, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte(fmt.Sprint("s", i)), Value: []byte("v")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := db.CreateSnapshot(ctx, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var acked []Receipt
+			for i := 0; i < 5; i++ {
+				r, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte(fmt.Sprint("k", i)), Value: []byte("v")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				acked = append(acked, r)
+			}
+			// Reading writes the buffered segment bytes to the file: in the
+			// page cache, not fsynced.
+			for _, r := range acked {
+				if _, err := db.Record(ctx, r.Anchor, r.Seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			killDB(t, db)
+			if _, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: fromSnapshot}); err != nil {
+				t.Fatalf("rebuild-index: %v", err)
+			}
+			crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			db2, err := Open("db", Options{FS: crashed})
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			defer db2.Close()
+			for _, r := range acked {
+				if _, err := db2.Record(ctx, r.Anchor, r.Seq); err != nil {
+					t.Errorf("acknowledged seq %d lost: %v", r.Seq, err)
+				}
+			}
+			if rep, err := db2.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {
+				t.Errorf("verify: %v %+v", err, rep.Failures)
+			}
+		})
+	}
 }
