@@ -261,3 +261,67 @@ func otherBase64(c byte) byte {
 	}
 	return 'A'
 }
+
+// forgeAnchor writes the anchor's log in the database directory dir as one
+// unsealed segment holding recs, chained and hashed as a writer would: every
+// hash and link verifies, whatever the records say. It replaces the anchor's
+// segments. This is what a hostile (or broken) source can hand to Ingest: no
+// key is needed to produce a log whose hashes check.
+func forgeAnchor(t *testing.T, fs vfs.FS, dir, anchor string, recs []segment.Record) {
+	t.Helper()
+	d := segmentAnchorDir(fs, dir, anchor)
+	if err := fs.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	names, _ := fs.List(d)
+	for _, n := range names {
+		if _, ok := segment.ParseFileName(n); ok {
+			if err := fs.Remove(fs.PathJoin(d, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	h := segment.Header{Anchor: anchor, Segno: 1, FirstSeq: 1, PrevHash: segment.GenesisHash(anchor)}
+	buf := segment.AppendHeader(nil, &h)
+	prev := h.PrevHash
+	for i := range recs {
+		r := recs[i]
+		r.Anchor, r.Seq, r.PrevHash = anchor, uint64(i+1), prev
+		buf = segment.AppendFrame(buf, &r)
+		prev = r.Hash
+	}
+	f, err := fs.Create(fs.PathJoin(d, segment.FileName(1)), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forgedPuts returns n put records with the given counters (seq, links and
+// hashes are set by forgeAnchor).
+func forgedPuts(counters ...uint64) []segment.Record {
+	recs := make([]segment.Record, len(counters))
+	for i, c := range counters {
+		recs[i] = segment.Record{Counter: c, Time: int64(i + 1), Type: segment.TypePut,
+			Key: []byte(fmt.Sprintf("f%d", i)), Value: []byte("forged")}
+	}
+	return recs
+}
+
+// heldRecords sums the records of every anchor of db.
+func heldRecords(t *testing.T, db *DB) map[string]uint64 {
+	t.Helper()
+	m := map[string]uint64{}
+	for info, err := range db.Anchors(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[info.ID] = info.Records
+	}
+	return m
+}
