@@ -51,6 +51,7 @@ type outboxMachine struct {
 	policy Policy
 	ctx    context.Context
 	mem    *vfs.MemFS
+	fs     *syncCrashFS
 	db     *engine.DB
 	ob     *Outbox
 	clk    *clock
@@ -74,7 +75,8 @@ func (mm *outboxMachine) fail(t *rapid.T, format string, args ...any) {
 }
 
 func (mm *outboxMachine) open(t *rapid.T) {
-	db, err := engine.Open("db", engine.Options{FS: mm.mem, SegmentSize: 4096, SettleBytes: 8 << 10})
+	mm.fs = newSyncCrashFS(mm.mem)
+	db, err := engine.Open("db", engine.Options{FS: mm.fs, SegmentSize: 4096, SettleBytes: 8 << 10})
 	if err != nil {
 		mm.fail(t, "open db: %v", err)
 	}
@@ -353,6 +355,74 @@ func (mm *outboxMachine) CrashReopen(t *rapid.T) {
 	mm.logf("crash and reopen")
 }
 
+// CrashDuring runs one operation and crashes at a random sync while it
+// runs (of the journal, a settle, the index): the reopened database has
+// the operation whole or not at all, and the outbox is what the model
+// says, with the operation or without it.
+func (mm *outboxMachine) CrashDuring(t *rapid.T) {
+	ops := []struct {
+		name string
+		run  func(*rapid.T)
+	}{{"enqueue", mm.Enqueue}, {"claim", mm.Claim}, {"complete", mm.Complete}, {"fail", mm.Fail},
+		{"extend", mm.Extend}, {"requeue", mm.Requeue}, {"flush", mm.Flush}}
+	op := rapid.IntRange(0, len(ops)-1).Draw(t, "op")
+	k := rapid.IntRange(1, 6).Draw(t, "sync")
+	early := rapid.Bool().Draw(t, "before")
+	before := mm.saveModel()
+	h0 := mm.head(t)
+	mm.fs.arm(k, early)
+	ops[op].run(t)
+	h1 := mm.head(t)
+	clone := mm.fs.take()
+	mm.close()
+	mm.mem = clone
+	mm.open(t)
+	h2 := mm.head(t)
+	mm.logf("crash at sync %d (before it: %v) during %s: head %d → %d, after the crash %d", k, early, ops[op].name, h0, h1, h2)
+	switch h2 {
+	case h1:
+	case h0:
+		mm.restoreModel(before) // it never happened
+	default:
+		mm.fail(t, "%s appended records %d..%d; after a crash the log ends at %d, inside them", ops[op].name, h0+1, h1, h2)
+	}
+}
+
+type savedModel struct {
+	m      map[string]mEntry
+	leases int
+	maxAtt map[string]int
+}
+
+func (mm *outboxMachine) saveModel() savedModel {
+	s := savedModel{m: map[string]mEntry{}, leases: len(mm.leases), maxAtt: map[string]int{}}
+	for id, me := range mm.m {
+		s.m[id] = *me
+	}
+	for id, a := range mm.maxAtt {
+		s.maxAtt[id] = a
+	}
+	return s
+}
+
+func (mm *outboxMachine) restoreModel(s savedModel) {
+	mm.m = map[string]*mEntry{}
+	for id, me := range s.m {
+		c := me
+		mm.m[id] = &c
+	}
+	mm.leases, mm.maxAtt = mm.leases[:s.leases], s.maxAtt
+}
+
+// head is the number of records on the outbox's anchor.
+func (mm *outboxMachine) head(t *rapid.T) uint64 {
+	info, _, err := mm.db.AnchorInfo(mm.ctx, mm.ob.Anchor())
+	if err != nil && engine.CodeOf(err) != "STATE_003" {
+		mm.fail(t, "anchor info: %v", err)
+	}
+	return info.Records
+}
+
 func (mm *outboxMachine) Reopen(t *rapid.T) {
 	mm.close()
 	mm.open(t)
@@ -409,6 +479,31 @@ func (mm *outboxMachine) Check(t *rapid.T) {
 			if string(e.Payload) != me.payload {
 				mm.fail(t, "dead %s lost its payload: %+v", id, e)
 			}
+		}
+	}
+	// The state a fresh process would rebuild from the log is the live
+	// state, and the log never completed an entry twice, never lowered its
+	// attempts, never left the state machine.
+	rl, err := replayLog(mm.ctx, mm.db, "billing")
+	if err != nil {
+		mm.fail(t, "replay the log: %v", err)
+	}
+	if len(rl.problems) > 0 {
+		mm.fail(t, "the log: %v", rl.problems)
+	}
+	if len(rl.last) != len(mm.m) {
+		mm.fail(t, "the log holds %d entries, the model %d", len(rl.last), len(mm.m))
+	}
+	for id, d := range rl.last {
+		e, _, err := mm.ob.Get(mm.ctx, id)
+		if err != nil {
+			mm.fail(t, "get %s: %v", id, err)
+		}
+		l := &d.entry
+		if e.Receipt.Seq != l.Receipt.Seq || e.State != l.State || e.Attempts != l.Attempts ||
+			!e.NextAttemptAt.Equal(l.NextAttemptAt) || (e.Lease == nil) != (l.Lease == nil) ||
+			e.Lease != nil && (e.Lease.Token != l.Lease.Token || !e.Lease.ExpiresAt.Equal(l.Lease.ExpiresAt)) {
+			mm.fail(t, "entry %s live %+v\nfrom the log %+v", id, e, *l)
 		}
 	}
 	st, err := mm.ob.Stats(mm.ctx)
