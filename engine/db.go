@@ -69,6 +69,8 @@ type DB struct {
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
 	ingesting atomic.Pointer[map[string]bool]
+	// reserved holds the anchors clients reserved against Ingest (reserve.go).
+	reserved reservations
 	// reads holds Close off the index while reads use it (closegate.go).
 	reads closeGate
 	// checkpointMu makes checkpoint creation one at a time: each must see
