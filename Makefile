@@ -79,7 +79,7 @@ bench-long:
 ## Packages with Fuzz targets: fuzz/ holds those that reach exported API;
 ## a target that needs a package's unexported codecs lives in that package
 ## (FUZZING.md says which).
-FUZZPKGS := ./fuzz/ ./cmd/anchordb/ ./snapshot/ ./engine/
+FUZZPKGS := ./fuzz/ ./snapshot/ ./engine/internal/schema/
 
 ## fuzz: run every fuzz target for FUZZTIME each (make fuzz FUZZTIME=10m).
 ## fuzz/run.sh reruns a target that hit Go 1.26's -fuzztime deadline race

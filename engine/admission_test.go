@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -357,7 +358,7 @@ func TestAdmissionProperties(t *testing.T) {
 		for step := 0; step < steps; step++ {
 			switch rapid.IntRange(0, 9).Draw(rt, "action") {
 			case 0: // crash and reopen
-				crashed := crashClone(mem, vfs.CrashCloneCfg{})
+				crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 				_ = db.Close()
 				mem = crashed
 				opts.FS = mem

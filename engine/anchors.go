@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -122,14 +123,14 @@ func (db *DB) getAnchor(id string, create bool) (*anchor, error) {
 // loadAnchor reads an anchor's head from the index: its 'a' row and its last
 // 's' row. It returns nil when the index knows no such anchor.
 func (db *DB) loadAnchor(id string) (*anchor, error) {
-	metaVal, closer, err := db.index.Get(anchorKey(id))
+	metaVal, closer, err := db.index.Get(schema.AnchorKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "read anchor %q", id)
 	}
-	meta, err := decodeAnchorMeta(metaVal)
+	meta, err := schema.DecodeAnchorMeta(metaVal)
 	closer.Close()
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q", id)
@@ -161,7 +162,7 @@ func (db *DB) loadAnchor(id string) (*anchor, error) {
 	if a.segno != 0 {
 		prev := segment.GenesisHash(id)
 		if a.segFirst > 1 {
-			e, ok, err := db.seqEntry(id, a.segFirst-1)
+			e, ok, err := db.location(id, a.segFirst-1)
 			if err != nil {
 				return nil, err
 			}
@@ -184,13 +185,13 @@ func (db *DB) loadAnchor(id string) (*anchor, error) {
 
 type seqRow struct {
 	seq uint64
-	seqEntry
+	schema.Location
 }
 
 // lastSeqEntry returns the anchor's highest 's' row.
 func (db *DB) lastSeqEntry(id string) (seqRow, bool, error) {
-	prefix := anchorScoped(tagSeq, id)
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	prefix := schema.AnchorPrefix(schema.TagSeq, id)
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: schema.PrefixEnd(prefix)})
 	if err != nil {
 		return seqRow{}, false, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -202,27 +203,28 @@ func (db *DB) lastSeqEntry(id string) (seqRow, bool, error) {
 }
 
 func decodeSeqRow(prefix, k, v []byte) (seqRow, bool, error) {
-	if len(k) != len(prefix)+8 {
+	seq, ok := schema.SeqOf(len(prefix), k)
+	if !ok {
 		return seqRow{}, false, errs.New(errs.CodeIndexMismatch, "malformed seq key %x", k)
 	}
-	e, err := decodeSeqEntry(v)
+	e, err := schema.DecodeLocation(v)
 	if err != nil {
 		return seqRow{}, false, errs.Wrap(errs.CodeIndexMismatch, err, "seq key %x", k)
 	}
-	return seqRow{seq: be.Uint64(k[len(prefix):]), seqEntry: e}, true, nil
+	return seqRow{seq: seq, Location: e}, true, nil
 }
 
-// seqEntry returns where record seq of the anchor lives.
-func (db *DB) seqEntry(id string, seq uint64) (seqEntry, bool, error) {
-	v, closer, err := db.index.Get(seqKey(id, seq))
+// location returns where record seq of the anchor lives.
+func (db *DB) location(id string, seq uint64) (schema.Location, bool, error) {
+	v, closer, err := db.index.Get(schema.SeqKey(id, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return seqEntry{}, false, nil
+		return schema.Location{}, false, nil
 	}
 	if err != nil {
-		return seqEntry{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+		return schema.Location{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
 	defer closer.Close()
-	e, err := decodeSeqEntry(v)
+	e, err := schema.DecodeLocation(v)
 	if err != nil {
 		return e, false, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", id, seq)
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 )
@@ -156,6 +157,13 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if err != nil || done {
 		return rs, err
 	}
+	if c.records > 0 {
+		// A segment write waiting for a file descriptor: refused now,
+		// retryable, rather than queued behind it (fdbudget.go).
+		if err := db.fdRefusal(); err != nil {
+			return nil, err
+		}
+	}
 	if err := db.adm.acquire(ctx, &c, db.opts.RefuseWhenFull); err != nil {
 		return nil, err
 	}
@@ -206,7 +214,7 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 			}
 			if found {
 				fp := segment.Fingerprint(e.Type, e.Key, e.Value)
-				rc := prior.duplicateOf(e.Anchor)
+				rc := duplicateOf(prior, e.Anchor)
 				if prior.Fingerprint != fp && !pending && len(entries) == 1 {
 					return c, false, nil, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
 				}
@@ -237,16 +245,23 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 	return c, false, nil, nil
 }
 
+// duplicateOf is the receipt a retry carrying an idempotency key gets in
+// anchor, e being the key's 'i' row: the original append's, marked a
+// duplicate (SPEC §7).
+func duplicateOf(e schema.Idem, anchor string) Receipt {
+	return Receipt{Anchor: anchor, Seq: e.Seq, Counter: e.Counter, Hash: e.Hash, Duplicate: true}
+}
+
 // knownIdem finds an idempotency key committed (in the index, or in a group
 // acknowledged but not yet applied) or in flight (in a group not yet
 // acknowledged).
-func (db *DB) knownIdem(anchor string, key []byte) (e idemEntry, found, pending bool, err error) {
+func (db *DB) knownIdem(anchor string, key []byte) (e schema.Idem, found, pending bool, err error) {
 	db.idemMu.Lock()
 	pi, found := db.pendingIdem[anchor+"\x00"+string(key)]
 	db.idemMu.Unlock()
 	if found {
 		// Acknowledged but not yet applied is committed, not in flight.
-		return pi.idemEntry, true, pi.group > db.vis.acked.Load(), nil
+		return pi.Idem, true, pi.group > db.vis.acked.Load(), nil
 	}
 	// A read of the index, which Close waits for before it closes it: the
 	// append is not admitted yet, so admission's gate does not hold Close.
@@ -269,11 +284,14 @@ func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte)
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return Receipt{}, false, err
 	}
+	if db.filesOnly() {
+		return Receipt{}, false, db.ro.noIndex
+	}
 	e, found, _, err := db.knownIdem(anchor, key)
 	if err != nil || !found {
 		return Receipt{}, false, err
 	}
-	return e.duplicateOf(anchor), true, nil
+	return duplicateOf(e, anchor), true, nil
 }
 
 // refundDuplicates returns the rate-limit tokens of entries the commit found
@@ -309,6 +327,9 @@ func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *cost) {
 func (db *DB) writable() error {
 	if db.closed.Load() {
 		return errClosed
+	}
+	if db.ro != nil {
+		return db.ro.refuseWrite(db.dir)
 	}
 	if f := db.failed.Load(); f != nil {
 		return f

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -20,7 +21,7 @@ import (
 // The log must end at the database's own head (auditHead): a line past it
 // is not the database's (the chain has no key), and a new line chained onto
 // it would make it count. Before the line is written, which line it will be
-// is flushed to the index (metaAuditNext), so an unclean stop that loses the
+// is flushed to the index (schema.MetaAuditNext), so an unclean stop that loses the
 // head row still leaves the line recognisably the database's.
 func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 	n, _, err := db.auditHead()
@@ -45,8 +46,8 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 			e.File = db.AuditPath()
 			return e
 		}
-		if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(next.Seq, next.Hash), pebble.NoSync); err != nil {
-			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAuditNext)
+		if err := db.index.Set(schema.MetaKey(schema.MetaAuditNext), schema.AppendAuditHead(nil, next.Seq, next.Hash), pebble.NoSync); err != nil {
+			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", schema.MetaAuditNext)
 		}
 		return db.flushIndex()
 	})
@@ -55,7 +56,7 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 	}
 	// The head, kept in the index, is what tells a torn last line from an
 	// altered or lost one.
-	return db.index.Set(metaKey(metaAudit), auditHeadRow(line.Seq, line.Hash), pebble.NoSync)
+	return db.index.Set(schema.MetaKey(schema.MetaAudit), schema.AppendAuditHead(nil, line.Seq, line.Hash), pebble.NoSync)
 }
 
 // auditHead returns how many lines of the audit log, and which last one,
@@ -67,16 +68,16 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 func (db *DB) auditHead() (uint64, segment.Hash, error) {
 	var n uint64
 	var h segment.Hash
-	if rec, ok, err := db.metaBytes(metaAudit); err != nil {
+	if rec, ok, err := db.metaBytes(schema.MetaAudit); err != nil {
 		return 0, h, err
-	} else if ok && len(rec) == 8+segment.HashSize {
-		n, h = be.Uint64(rec), segment.Hash(rec[8:])
+	} else if lines, last, good := schema.DecodeAuditHead(rec); ok && good {
+		n, h = lines, last
 	}
-	rec, ok, err := db.metaBytes(metaAuditNext)
-	if err != nil || !ok || len(rec) != 8+segment.HashSize || be.Uint64(rec) != n+1 {
+	rec, ok, err := db.metaBytes(schema.MetaAuditNext)
+	seq, next, good := schema.DecodeAuditHead(rec)
+	if err != nil || !ok || !good || seq != n+1 {
 		return n, h, err
 	}
-	next := segment.Hash(rec[8:])
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {
 			// NB: a failed read says nothing of the line recorded as
@@ -96,12 +97,6 @@ func (db *DB) auditHead() (uint64, segment.Hash, error) {
 		}
 	}
 	return n, h, nil
-}
-
-// auditHeadRow encodes the maudit row: the audit log's line count and the
-// hash of its last line.
-func auditHeadRow(lines uint64, last segment.Hash) []byte {
-	return append(be.AppendUint64(make([]byte, 0, 8+segment.HashSize), lines), last[:]...)
 }
 
 // adoptedAuditHead is the head row a rebuilt index takes from the audit log
@@ -124,7 +119,7 @@ func (db *DB) adoptedAuditHead() ([]byte, error) {
 	if err != nil || head.Lines == 0 {
 		return nil, nil
 	}
-	return auditHeadRow(head.Lines, head.Head), nil
+	return schema.AppendAuditHead(nil, head.Lines, head.Head), nil
 }
 
 // catchUpAuditHead gives an older copy of the index (stale_index) the
@@ -145,8 +140,8 @@ func (db *DB) catchUpAuditHead() error {
 	if err != nil || head.Lines <= n {
 		return err
 	}
-	if err := db.index.Set(metaKey(metaAudit), auditHeadRow(head.Lines, head.Head), pebble.NoSync); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", metaAudit)
+	if err := db.index.Set(schema.MetaKey(schema.MetaAudit), schema.AppendAuditHead(nil, head.Lines, head.Head), pebble.NoSync); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", schema.MetaAudit)
 	}
 	return nil
 }
@@ -173,7 +168,7 @@ func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
 	// counts it, and lines are only added, so every line counted is in the
 	// log read after. Read the other way round, a line appended in between
 	// was counted but not read: a sound log reported short (INT_002).
-	rec, ok, err := db.metaBytes(metaAudit)
+	rec, ok, err := db.metaBytes(schema.MetaAudit)
 	if err != nil {
 		return snapshot.AuditHead{}, err
 	}
@@ -181,14 +176,14 @@ func (db *DB) verifyAuditLog() (snapshot.AuditHead, error) {
 	if err != nil || !ok {
 		return head, err
 	}
-	if len(rec) != 8+segment.HashSize {
+	n, _, good := schema.DecodeAuditHead(rec)
+	if !good {
 		// NB: not "no head": the head is what tells a lost or altered last
 		// line from a torn append, so one that cannot be read is a finding.
-		e := errs.New(errs.CodeIndexMismatch, "the index's record of the audit log's head is %d bytes, not %d", len(rec), 8+segment.HashSize)
+		e := errs.New(errs.CodeIndexMismatch, "the index's record of the audit log's head is %d bytes, not %d", len(rec), schema.AuditHeadSize)
 		e.File = db.AuditPath()
 		return head, e
 	}
-	n := be.Uint64(rec)
 	if head.Lines < n {
 		e := errs.New(errs.CodeChainBroken, "audit log has %s; %d were appended", plural(head.Lines, "line"), n)
 		e.File = db.AuditPath()

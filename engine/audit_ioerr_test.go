@@ -7,7 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -111,7 +113,7 @@ func testAuditLogReadErrors(t *testing.T, headLost bool) {
 			t.Fatalf("%d audit lines", len(lines))
 		}
 		prev = lines[len(lines)-2]
-		if err := db.index.Set(metaKey(metaAudit), auditHeadRow(prev.Seq, prev.Hash), pebble.NoSync); err != nil {
+		if err := db.index.Set(schema.MetaKey(schema.MetaAudit), schema.AppendAuditHead(nil, prev.Seq, prev.Hash), pebble.NoSync); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +214,7 @@ func TestRebuildAuditLogReadErrors(t *testing.T) {
 		if i == 1000 {
 			t.Fatal("a rebuild still reads the audit log after 1000 operations")
 		}
-		state := crashClone(mem, vfs.CrashCloneCfg{})
+		state := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 		if err := state.RemoveAll("db/" + IndexDir); err != nil {
 			t.Fatal(err)
 		}
@@ -230,15 +232,15 @@ func TestRebuildAuditLogReadErrors(t *testing.T) {
 			if err != nil {
 				t.Fatalf("reopen after the rebuild with audit read %d failing: %v", i, err)
 			}
-			row, ok, err := db.metaBytes(metaAudit)
-			if err != nil || !ok || string(row) != string(auditHeadRow(head.Lines, head.Head)) {
+			row, ok, err := db.metaBytes(schema.MetaAudit)
+			if err != nil || !ok || string(row) != string(schema.AppendAuditHead(nil, head.Lines, head.Head)) {
 				t.Errorf("reopen after the rebuild with audit read %d failing: head row %x %v %v; want the log's, %d lines", i, row, ok, err, head.Lines)
 			}
 			_ = db.Close()
 			continue
 		}
-		row, ok, err := db.metaBytes(metaAudit)
-		if err != nil || !ok || string(row) != string(auditHeadRow(head.Lines, head.Head)) {
+		row, ok, err := db.metaBytes(schema.MetaAudit)
+		if err != nil || !ok || string(row) != string(schema.AppendAuditHead(nil, head.Lines, head.Head)) {
 			t.Errorf("rebuild with audit read %d failing (fired %v): head row %x %v %v; want the log's, %d lines", i, op != nil, row, ok, err, head.Lines)
 		}
 		_ = db.Close()

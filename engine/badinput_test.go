@@ -4,67 +4,20 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Bad input at and past every limit of SPEC §9 and illegal anchor ids:
 // refused with INPUT_001, leaving the filesystem and the anchors as they were.
-
-// fsTree lists every file and directory under root with its size.
-func fsTree(t testing.TB, fs vfs.FS, root string) map[string]int64 {
-	t.Helper()
-	out := map[string]int64{}
-	var walk func(dir string)
-	walk = func(dir string) {
-		names, err := fs.List(dir)
-		if err != nil {
-			t.Fatalf("list %s: %v", dir, err)
-		}
-		for _, n := range names {
-			p := fs.PathJoin(dir, n)
-			st, err := fs.Stat(p)
-			if err != nil {
-				t.Fatalf("stat %s: %v", p, err)
-			}
-			if st.IsDir() {
-				out[p+"/"] = -1
-				walk(p)
-			} else {
-				out[p] = st.Size()
-			}
-		}
-	}
-	walk(root)
-	return out
-}
-
-func diffTrees(a, b map[string]int64) string {
-	var d []string
-	for p, s := range a {
-		if t, ok := b[p]; !ok {
-			d = append(d, "-"+p)
-		} else if s != t {
-			d = append(d, fmt.Sprintf("~%s %d→%d", p, s, t))
-		}
-	}
-	for p := range b {
-		if _, ok := a[p]; !ok {
-			d = append(d, "+"+p)
-		}
-	}
-	sort.Strings(d)
-	return strings.Join(d, "\n")
-}
 
 func anchorIDs(t testing.TB, db *DB) []string {
 	t.Helper()
@@ -151,7 +104,7 @@ func TestInputLimits(t *testing.T) {
 			}
 		}
 	}
-	for p := range fsTree(t, mem, "db") {
+	for p := range testutil.Tree(t, mem, "db") {
 		rel := strings.TrimSuffix(strings.TrimPrefix(p, "db/"), "/")
 		parts := strings.Split(rel, "/")
 		for _, part := range parts {
@@ -210,7 +163,7 @@ func TestInputLimits(t *testing.T) {
 	// files): index rows are checked through Anchors and the metrics
 	// instead.
 	tree := func() map[string]int64 {
-		m := fsTree(t, mem, "db")
+		m := testutil.Tree(t, mem, "db")
 		for p := range m {
 			if strings.HasPrefix(p, "db/"+IndexDir+"/") {
 				delete(m, p)
@@ -246,7 +199,7 @@ func TestInputLimits(t *testing.T) {
 	if m := db.Metrics(); m.Records != beforeMetrics.Records || m.Groups != beforeMetrics.Groups {
 		t.Errorf("refused appends were committed: %+v → %+v", beforeMetrics, m)
 	}
-	if d := diffTrees(beforeTree, tree()); d != "" {
+	if d := testutil.DiffTrees(beforeTree, tree()); d != "" {
 		t.Errorf("refused appends left files behind:\n%s", d)
 	}
 	for _, c := range refused {

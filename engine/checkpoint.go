@@ -78,6 +78,9 @@ type StoredCheckpoint struct {
 // the error returned (IO_001, or INT_002 for an audit log that holds lines
 // the database did not write).
 func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *proof.Checkpoint, error) {
+	if db.ro != nil {
+		return nil, nil, db.ro.refuseWrite(db.dir)
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return nil, nil, err
 	}

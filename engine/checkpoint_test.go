@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -153,7 +154,7 @@ func TestCheckpointRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tamperWrite(fs, s.Path, msg)
+		testutil.WriteFile(fs, s.Path, msg)
 	}
 	t.Run("fork at the same size", func(t *testing.T) {
 		db, fs, s := setup(t)
@@ -179,7 +180,7 @@ func TestCheckpointRefused(t *testing.T) {
 		i := bytes.Index(s.Note, []byte("\ntime ")) + 8
 		bad := slices.Clone(s.Note)
 		bad[i] = '1' + (bad[i]-'0'+1)%9 // another year, still a valid body
-		tamperWrite(fs, s.Path, bad)
+		testutil.WriteFile(fs, s.Path, bad)
 		refused(t, db, errs.CodeSignatureInvalid)
 		rep, err := db.Verify(ctx, VerifyOptions{VerifierKeys: []string{vkey}})
 		if err != nil || rep.OK || rep.Failures[0].Code != errs.CodeSignatureInvalid || rep.Failures[0].File != s.Path {
@@ -188,7 +189,7 @@ func TestCheckpointRefused(t *testing.T) {
 	})
 	t.Run("not a checkpoint", func(t *testing.T) {
 		db, fs, s := setup(t)
-		tamperWrite(fs, s.Path, []byte("hello\n"))
+		testutil.WriteFile(fs, s.Path, []byte("hello\n"))
 		refused(t, db, errs.CodeConflict)
 	})
 	t.Run("another database's checkpoint", func(t *testing.T) {
@@ -200,7 +201,7 @@ func TestCheckpointRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tamperWrite(fs, s.Path, msg)
+		testutil.WriteFile(fs, s.Path, msg)
 		refused(t, db, errs.CodeConflict)
 	})
 	t.Run("history rewritten under the same id", func(t *testing.T) {
@@ -212,7 +213,7 @@ func TestCheckpointRefused(t *testing.T) {
 		if err := twin.Close(); err != nil {
 			t.Fatal(err)
 		}
-		tamperWrite(fs2, fs2.PathJoin("db", IDFile), []byte(db.ID()+"\n"))
+		testutil.WriteFile(fs2, fs2.PathJoin("db", IDFile), []byte(db.ID()+"\n"))
 		twin = mustOpen(t, fs2, memOpts(fs2))
 		defer twin.Close()
 		if twin.ID() != db.ID() {
@@ -223,7 +224,7 @@ func TestCheckpointRefused(t *testing.T) {
 		if err := fs2.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		tamperWrite(fs2, fs2.PathJoin(dir, s.Name), s.Note)
+		testutil.WriteFile(fs2, fs2.PathJoin(dir, s.Name), s.Note)
 		refused(t, twin, errs.CodeConflict)
 		_ = fs
 	})
@@ -257,29 +258,29 @@ func TestVerifyFrom(t *testing.T) {
 	if err := db.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e, _, _ := db.seqEntry("a", 10)
+	e, _, _ := db.location("a", 10)
 	path := fs.PathJoin(segment.AnchorDir(fs, "db", "a"), segment.FileName(e.Segno))
-	orig, _ := tamperRead(fs, path)
+	orig, _ := testutil.ReadFile(fs, path)
 	d := slices.Clone(orig)
 	d[e.Offset+int64(e.Size)-1] ^= 1
-	tamperWrite(fs, path, d)
+	testutil.WriteFile(fs, path, d)
 	if rep, err := db.Verify(ctx, VerifyOptions{From: from}); err != nil || !rep.OK {
 		t.Fatalf("incremental sees old damage: %+v %v", rep, err)
 	}
 	wantFinding(t, db, errs.CodeHashMismatch, "a", 10, "stored hash")
-	tamperWrite(fs, path, orig)
+	testutil.WriteFile(fs, path, orig)
 	db = operatorRepair(t, db, fs, memOpts(fs))
-	e, _, _ = db.seqEntry("b", 110)
+	e, _, _ = db.location("b", 110)
 	path = fs.PathJoin(segment.AnchorDir(fs, "db", "b"), segment.FileName(e.Segno))
-	orig, _ = tamperRead(fs, path)
+	orig, _ = testutil.ReadFile(fs, path)
 	d = slices.Clone(orig)
 	d[e.Offset+40] ^= 1
-	tamperWrite(fs, path, d)
+	testutil.WriteFile(fs, path, d)
 	rep, err = db.Verify(ctx, VerifyOptions{From: from})
 	if err != nil || rep.OK || rep.Failures[0].Code != errs.CodeHashMismatch || rep.Failures[0].Seq != 110 || rep.Failures[0].Offset != e.Offset {
 		t.Fatalf("incremental misses new damage: %+v %v", rep, err)
 	}
-	tamperWrite(fs, path, orig)
+	testutil.WriteFile(fs, path, orig)
 	db = operatorRepair(t, db, fs, memOpts(fs))
 	// A trusted root the index cannot show: reported, and the anchor is
 	// checked in full.
@@ -357,14 +358,14 @@ func TestVerifyCheckpointNamesWithoutAKey(t *testing.T) {
 	if len(f) != 1 || f[0].Code != errs.CodeChainBroken || f[0].File != stored[3].Path || !strings.Contains(f[0].Message, "3 to 3 are missing") {
 		t.Fatalf("verify after checkpoint 3 was removed: %v", f)
 	}
-	writeMemFile(fs, stored[2].Path, stored[2].Note)
+	testutil.WriteFile(fs, stored[2].Path, stored[2].Note)
 	// A time line edited (the rest of the body, and the roots, unchanged).
 	old := "time " + stored[4].Checkpoint.Time.Format(time.RFC3339Nano)
 	edited := "time " + stored[4].Checkpoint.Time.Add(-time.Hour).Format(time.RFC3339Nano)
 	if !bytes.Contains(stored[4].Note, []byte(old)) {
 		t.Fatalf("no %q line in %s", old, stored[4].Note)
 	}
-	writeMemFile(fs, stored[4].Path, bytes.Replace(stored[4].Note, []byte(old), []byte(edited), 1))
+	testutil.WriteFile(fs, stored[4].Path, bytes.Replace(stored[4].Note, []byte(old), []byte(edited), 1))
 	f = findings()
 	if len(f) != 1 || f[0].Code != errs.CodeSignatureInvalid || f[0].File != stored[4].Path || !strings.Contains(f[0].Message, "changed after it was signed") {
 		t.Fatalf("verify after a time line was edited: %v", f)

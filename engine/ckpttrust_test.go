@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -332,7 +333,7 @@ func TestCreateCheckpointIsAudited(t *testing.T) {
 		}
 		return nil
 	})
-	fs := errorfs.Wrap(lockOrdered(mem), inj)
+	fs := errorfs.Wrap(testutil.LockOrdered(mem), inj)
 	db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
 	defer db.Close()
 	fillAnchor(t, db, "a", 20, "x")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -31,7 +32,7 @@ func isClosedErr(err error) bool {
 func TestCloseStressEveryAPI(t *testing.T) {
 	ctx := context.Background()
 	rounds := 3
-	if testing.Short() || raceEnabled {
+	if testing.Short() || testutil.RaceEnabled {
 		rounds = 2
 	}
 	skey, _, err := proof.GenerateKeys("close.stress/anchordb")

@@ -73,6 +73,9 @@ func (g *closeGate) wakeDrain() {
 // before the call is visible (awaitVisible). A nil error is paired with
 // endRead. A range loop that began a read holds Close until the loop ends.
 func (db *DB) beginRead(ctx context.Context) error {
+	if db.filesOnly() {
+		return db.ro.noIndex // a read-only open without the index (readonly.go)
+	}
 	if !db.reads.enter() {
 		return errClosed
 	}

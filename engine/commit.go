@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/segment"
 )
 
@@ -70,10 +71,10 @@ func (r *request) journalSize() int64 {
 	for i := range r.entries {
 		e := &r.entries[i]
 		rec := segment.Record{Type: e.Type, Key: e.Key, Value: e.Value, IdempotencyKey: e.IdempotencyKey}
-		n += int64(journalRecordOverhead + len(e.Anchor) + rec.FrameSize())
+		n += int64(schema.JournalRecordOverhead + len(e.Anchor) + rec.FrameSize())
 	}
 	for i := range r.verbatim {
-		n += int64(journalRecordOverhead + len(r.verbatim[i].Anchor) + r.verbatim[i].FrameSize())
+		n += int64(schema.JournalRecordOverhead + len(r.verbatim[i].Anchor) + r.verbatim[i].FrameSize())
 	}
 	return n
 }

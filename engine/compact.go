@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -82,6 +83,9 @@ func (r CompactionResult) NetBytes() int64 { return r.RemovedBytes - r.StubBytes
 // Compact plans a compaction under policy and, with opts.Apply, applies it.
 func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactOptions) (CompactionResult, error) {
 	var res CompactionResult
+	if db.ro != nil && opts.Apply {
+		return res, db.ro.refuseWrite(db.dir)
+	}
 	// A compaction settles through group commit and writes the index:
 	// Close waits for it, as for an append, and then for its reads.
 	if err := db.adm.enter(); err != nil {
@@ -318,15 +322,15 @@ func (db *DB) unsnapshotted(ctx context.Context, snaps []snapshot.Info) (snapsho
 // sinceStats returns the time of record from and the frame bytes of records
 // from onwards.
 func (db *DB) sinceStats(anchor string, from uint64) (time.Time, uint64, error) {
-	prefix := anchorScoped(tagSeq, anchor)
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: prefixEnd(prefix)})
+	prefix := schema.AnchorPrefix(schema.TagSeq, anchor)
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: schema.SeqKey(anchor, from), UpperBound: schema.PrefixEnd(prefix)})
 	if err != nil {
 		return time.Time{}, 0, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
 	defer it.Close()
 	var bytes uint64
 	for ok := it.First(); ok; ok = it.Next() {
-		e, err := decodeSeqEntry(it.Value())
+		e, err := schema.DecodeLocation(it.Value())
 		if err != nil {
 			return time.Time{}, 0, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q", anchor)
 		}
@@ -465,10 +469,10 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 		}
 		// The record's row stays (its hash is a Merkle leaf) but says the
 		// bytes are gone.
-		se := seqEntry{Segno: segno, Offset: fr.Offset, Size: 0, Counter: rec.Counter, Hash: rec.Hash}
-		_ = b.Set(seqKey(anchor, rec.Seq), se.encode(scratch[:0]), nil)
+		se := schema.Location{Segno: segno, Offset: fr.Offset, Size: 0, Counter: rec.Counter, Hash: rec.Hash}
+		_ = b.Set(schema.SeqKey(anchor, rec.Seq), se.Append(scratch[:0]), nil)
 		if rec.IsKV() {
-			vk := versionKey(rec.Key, rec.Counter, anchor)
+			vk := schema.VersionKey(rec.Key, rec.Counter, anchor)
 			indexed, err := db.indexHas(vk)
 			if err != nil {
 				f.Close()
@@ -481,19 +485,19 @@ func (db *DB) truncateSegment(ctx context.Context, anchor string, segno uint64) 
 				// in the stub (for a full rebuild) and its 'r' row (so
 				// Record reads it as it would after a full rebuild).
 				if newest[string(rec.Key)] == rec.Seq {
-					_ = b.Set(retainedKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
+					_ = b.Set(schema.KeptKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
 					stub.Kept = append(stub.Kept, rec.Clone())
 				}
 				continue
 			}
 			if newest[string(rec.Key)] == rec.Seq {
-				ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno,
+				ve := schema.Version{Type: schema.VersionPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno,
 					Offset: fr.Offset, Size: 0, Inline: true, Value: rec.Value}
 				if rec.Type == segment.TypeDelete {
-					ve.Type, ve.Inline, ve.Value = verDelete, false, nil
+					ve.Type, ve.Inline, ve.Value = schema.VersionDelete, false, nil
 				}
-				_ = b.Set(vk, ve.encode(scratch[:0]), nil)
-				_ = b.Set(retainedKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
+				_ = b.Set(vk, ve.Append(scratch[:0]), nil)
+				_ = b.Set(schema.KeptKey(anchor, rec.Seq), segment.AppendFrame(nil, &rec), nil)
 				// The stub keeps it too, so a rebuilt index has it.
 				stub.Kept = append(stub.Kept, rec.Clone())
 			} else {
@@ -592,31 +596,4 @@ func frameErr(anchor, path string, err error) error {
 		return fe.AsError(anchor, path)
 	}
 	return errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
-}
-
-// stubRows emits the index rows a stub carries beyond its hashes: the
-// idempotency keys of its records ('i') and, for each record kept as its
-// key's newest version, its version ('k') and frame ('r'), exactly as
-// truncateSegment left them. Kind names the table of each row.
-func stubRows(stub *segment.Stub, emit func(kind byte, k, v []byte)) {
-	for _, e := range stub.Idem {
-		ie := idemEntry{Seq: e.Seq, Counter: e.Counter, Hash: stub.HashAt(e.Seq), Fingerprint: e.Fingerprint}
-		emit(tagIdem, idemKey(stub.Anchor, e.Key), ie.encode(nil))
-	}
-	for i := range stub.Kept {
-		keptRows(stub.Segno, &stub.Kept[i], emit)
-	}
-}
-
-// keptRows emits the 'k' and 'r' rows of a record a stub kept.
-func keptRows(segno uint64, rec *segment.Record, emit func(kind byte, k, v []byte)) {
-	if !rec.IsKV() {
-		return
-	}
-	ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Inline: true, Value: rec.Value}
-	if rec.Type == segment.TypeDelete {
-		ve.Type, ve.Inline, ve.Value = verDelete, false, nil
-	}
-	emit(tagKey, versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil))
-	emit(tagRetain, retainedKey(rec.Anchor, rec.Seq), segment.AppendFrame(nil, rec))
 }

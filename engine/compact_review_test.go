@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -273,7 +274,7 @@ func TestGetAtDuringATruncation(t *testing.T) {
 	ctx := context.Background()
 	// The race pass looks for data races, which a third of the attempts
 	// show as well; the plain pass keeps all of them for the interleavings.
-	for attempt := 0; attempt < 60/raceStride(3); attempt++ {
+	for attempt := 0; attempt < 60/testutil.RaceStride(3); attempt++ {
 		fs := vfs.NewMem()
 		db := mustOpen(t, fs, Options{SegmentSize: 4096, InlineValueMax: 64})
 		fillAnchor(t, db, "a", 400, "x")
@@ -609,7 +610,7 @@ func TestCreateSnapshotLeavesNoUnauditedFile(t *testing.T) {
 		}
 		return nil
 	})
-	fs := errorfs.Wrap(lockOrdered(mem), inj)
+	fs := errorfs.Wrap(testutil.LockOrdered(mem), inj)
 	db, err := Open("db", Options{FS: fs, SegmentSize: 4096, InlineValueMax: 64})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/snapshot"
@@ -214,12 +215,12 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 		// compaction is what this test is about.
 		if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 			mu.Lock()
-			clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
+			clones = append(clones, testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
 			mu.Unlock()
 		}
 		return nil
 	})
-	db, err := Open("db", fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj)))
+	db, err := Open("db", fixtureOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +233,7 @@ func TestCompactCrashAtEveryWrite(t *testing.T) {
 	_ = db.Close()
 	t.Logf("%d crash points", len(clones))
 	for i, c := range clones {
-		if i%raceStride(16) != 0 && i != len(clones)-1 {
+		if i%testutil.RaceStride(16) != 0 && i != len(clones)-1 {
 			continue
 		}
 		db, err := Open("db", fixtureOptions(c))
@@ -295,7 +296,7 @@ func TestRebuildKeepsAuditHead(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The last line goes: the log still chains, but it is short.
-	data, err := readMemFile(fs, fs.PathJoin(dir, "audit.log"))
+	data, err := testutil.ReadFile(fs, fs.PathJoin(dir, "audit.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -81,13 +82,13 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 			// seal, made once the journal block holding the seal and N+1's
 			// first record is out: the power fails here.
 			if writes.Add(1) == 2 {
-				durable = crashClone(mem, vfs.CrashCloneCfg{})
-				kept = crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
+				durable = testutil.CrashClone(mem, vfs.CrashCloneCfg{})
+				kept = testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
 			}
 		}
 		return nil
 	})
-	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), opts)
+	db := mustOpen(t, errorfs.Wrap(testutil.LockOrdered(mem), inj), opts)
 	i := 0
 	appendOne := func() anchorHead {
 		t.Helper()
@@ -162,13 +163,13 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 		}
 		var keep []byte
 		if left == "torn" {
-			full, err := readMemFile(kept, segN)
+			full, err := testutil.ReadFile(kept, segN)
 			if err != nil {
 				t.Fatal(err)
 			}
 			keep = full[:int64(segment.HeaderSize(an))+frame+10]
 		}
-		writeMemFile(crashed, segN, keep)
+		testutil.WriteFile(crashed, segN, keep)
 	}
 	jdir := crashed.PathJoin("db", JournalDir)
 	gens, err := journal.List(kept, jdir)
@@ -176,11 +177,11 @@ func testCrashNoSyncEmptySegment(t *testing.T, settledBefore bool, left string) 
 		t.Fatalf("journal files: %v %v", gens, err)
 	}
 	newest := crashed.PathJoin(jdir, journal.FileName(slices.Max(gens)))
-	data, err := readMemFile(kept, newest)
+	data, err := testutil.ReadFile(kept, newest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeMemFile(crashed, newest, data)
+	testutil.WriteFile(crashed, newest, data)
 
 	db = mustOpen(t, crashed, opts)
 	if left == "settled-empty" {

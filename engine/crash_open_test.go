@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -35,7 +36,7 @@ func TestCrashDuringCleanOpen(t *testing.T) {
 		acked := acks.snapshot()
 
 		cc := newCloneEveryWrite(mem, pct, uint64(pct), 7)
-		db, err = Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), cc), false))
+		db, err = Open("db", crashOptions(errorfs.Wrap(testutil.LockOrdered(mem), cc), false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ func TestCrashDuringRecovery(t *testing.T) {
 	}
 	for si, st := range []crashPoint{states[0], states[len(states)/2], states[len(states)-1]} {
 		for _, pct := range []int{0, 50} {
-			base := crashClone(st.fs, vfs.CrashCloneCfg{})
+			base := testutil.CrashClone(st.fs, vfs.CrashCloneCfg{})
 			cc := newCloneEveryWrite(base, pct, uint64(si), uint64(pct))
 			db, err := Open("db", injOptions(errorfs.Wrap(base, cc), false))
 			if err != nil {
@@ -133,7 +134,7 @@ func (c *cloneEveryWrite) String() string { return "clone-every-write" }
 func (c *cloneEveryWrite) MaybeError(op errorfs.Op) error {
 	if op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 		c.mu.Lock()
-		c.clones = append(c.clones, crashClone(c.mem, vfs.CrashCloneCfg{UnsyncedDataPercent: c.pct, RNG: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))}))
+		c.clones = append(c.clones, testutil.CrashClone(c.mem, vfs.CrashCloneCfg{UnsyncedDataPercent: c.pct, RNG: rand.New(rand.NewPCG(c.rng.Uint64(), c.rng.Uint64()))}))
 		c.mu.Unlock()
 	}
 	return nil

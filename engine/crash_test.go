@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -47,14 +48,14 @@ func runCrashWorkload(t *testing.T, writers, perWriter, every int, pct int, noSy
 		}
 		acked := acks.snapshot()
 		rngMu.Lock()
-		clone := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))})
+		clone := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))})
 		rngMu.Unlock()
 		mu.Lock()
 		points = append(points, crashPoint{op: n, fs: clone, acked: acked})
 		mu.Unlock()
 		return nil
 	})
-	fs := errorfs.Wrap(lockOrdered(mem), inj)
+	fs := errorfs.Wrap(testutil.LockOrdered(mem), inj)
 	db, err := Open("db", crashOptions(fs, noSync))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func runCrashWorkload(t *testing.T, writers, perWriter, every int, pct int, noSy
 		t.Fatal(err)
 	}
 	// The final state, after a clean close, is a crash point too.
-	points = append(points, crashPoint{op: ops.Load() + 1, fs: crashClone(mem, vfs.CrashCloneCfg{}), acked: acks.snapshot()})
+	points = append(points, crashPoint{op: ops.Load() + 1, fs: testutil.CrashClone(mem, vfs.CrashCloneCfg{}), acked: acks.snapshot()})
 	return points
 }
 
@@ -111,7 +112,7 @@ func checkCrashPoint(t *testing.T, p crashPoint, noSync bool) {
 func TestCrashAtEveryWriteSync(t *testing.T) {
 	// One writer makes the operation sequence deterministic: every write of
 	// the workload is a crash point.
-	points := runCrashWorkload(t, 1, 60, raceStride(6), 0, false, 1)
+	points := runCrashWorkload(t, 1, 60, testutil.RaceStride(6), 0, false, 1)
 	t.Logf("%d crash points", len(points))
 	for _, p := range points {
 		checkCrashPoint(t, p, false)

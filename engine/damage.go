@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -28,11 +29,6 @@ import (
 // mark, not data: the next read or Verify finds the same damage and marks
 // it again.
 
-// metaDamaged is present once some anchor's 'a' row holds damage: Open then
-// names every damaged anchor (reportStoredDamage) without a scan of the 'a'
-// rows on every other open.
-const metaDamaged = "damaged"
-
 // damageQueue holds anchors whose damage the leader has yet to record.
 type damageQueue struct {
 	pending atomic.Bool // anchors is not empty: the leader's path stays lock-free
@@ -45,6 +41,9 @@ type damageQueue struct {
 // disagrees with the segments (INT_004) is a projection to rebuild, and an
 // I/O error says nothing about the bytes.
 func (db *DB) noteDamage(id string, e *errs.Error) {
+	if db.ro != nil {
+		return // a read-only open records nothing: the next check finds it again
+	}
 	if e == nil || (e.Code != errs.CodeHashMismatch && e.Code != errs.CodeChainBroken) {
 		return
 	}
@@ -83,7 +82,7 @@ func (g *group) stageDamage() {
 		g.pendingFor(a).metaDirty = true
 	}
 	if len(anchors) > 0 {
-		_ = g.batch.Set(metaKey(metaDamaged), damagedFlag, nil)
+		_ = g.batch.Set(schema.MetaKey(schema.MetaDamaged), schema.DamagedFlag, nil)
 	}
 }
 
@@ -123,24 +122,20 @@ func (db *DB) recordLateDamage() error {
 }
 
 // setDamageRows puts into b the anchor's 'a' row at head, its damage in it,
-// and the metaDamaged row. Only where no leader runs (Open, the end of
+// and the schema.MetaDamaged row. Only where no leader runs (Open, the end of
 // Close): after Open the 'a' row is the leader's (stageDamage).
 func setDamageRows(b *pebble.Batch, a *anchor, head anchorHead) {
 	meta := anchorMetaOf(a, head)
-	_ = b.Set(anchorKey(a.id), meta.encode(nil), nil)
-	_ = b.Set(metaKey(metaDamaged), damagedFlag, nil)
+	_ = b.Set(schema.AnchorKey(a.id), meta.Append(nil), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaDamaged), schema.DamagedFlag, nil)
 }
-
-// damagedFlag is the value of the metaDamaged row; its presence is what
-// counts.
-var damagedFlag = []byte{1}
 
 // reportStoredDamage names, as Open's recovery events, the anchors an
 // earlier session found damaged: their 'a' rows keep the damage, and SPEC
 // §3 has Open report it until an operator acts. The rows are scanned only
-// when the metaDamaged row says some anchor has damage.
+// when the schema.MetaDamaged row says some anchor has damage.
 func (db *DB) reportStoredDamage() error {
-	_, closer, err := db.index.Get(metaKey(metaDamaged))
+	_, closer, err := db.index.Get(schema.MetaKey(schema.MetaDamaged))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil
 	}
@@ -154,7 +149,7 @@ func (db *DB) reportStoredDamage() error {
 			reported[ev.Anchor] = true
 		}
 	}
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagAnchor}, UpperBound: []byte{schema.TagAnchor + 1}})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -163,7 +158,7 @@ func (db *DB) reportStoredDamage() error {
 		if reported[id] {
 			continue
 		}
-		meta, err := decodeAnchorMeta(it.Value())
+		meta, err := schema.DecodeAnchorMeta(it.Value())
 		if err != nil {
 			_ = it.Close()
 			return errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q", id)
@@ -183,8 +178,8 @@ func (db *DB) reportStoredDamage() error {
 // anchorMetaOf is the anchor's 'a' row at head: its active segment, and its
 // damage when it has any, so that no rewrite of the row (a seal, a stage of
 // damage) drops a mark already made.
-func anchorMetaOf(a *anchor, head anchorHead) anchorMeta {
-	meta := anchorMeta{ActiveSegno: head.segno, ActiveFirstSeq: head.segFirst}
+func anchorMetaOf(a *anchor, head anchorHead) schema.AnchorMeta {
+	meta := schema.AnchorMeta{ActiveSegno: head.segno, ActiveFirstSeq: head.segFirst}
 	if d := a.damaged(); d != nil {
 		meta.Damage = d.Error()
 		if meta.ActiveSegno == 0 {

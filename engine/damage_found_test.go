@@ -192,7 +192,7 @@ func TestDamageFoundDuringSeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _, _ := db.seqEntry("t", 2)
+	e, _, _ := db.location("t", 2)
 	if _, err := f.WriteAt([]byte{'w'}, e.Offset+int64(e.Size)-40); err != nil {
 		t.Fatal(err)
 	}

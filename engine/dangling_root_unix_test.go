@@ -64,7 +64,7 @@ func TestDanglingDBIDLink(t *testing.T) {
 		}
 		return err
 	})
-	wantCode(t, "open", err, errs.CodeInvalidInput, path)
+	wantCodeAt(t, "open", err, errs.CodeInvalidInput, path)
 	var e *errs.Error
 	if !errors.As(err, &e) || e.File != path {
 		t.Errorf("open: %#v; want the error located at %s", err, path)

@@ -5,6 +5,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -23,23 +25,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Meta rows.
-const (
-	metaFormat  = "format"  // u64: index format version
-	metaDBID    = "dbid"    // 32 hex characters, random at creation
-	metaClean   = "clean"   // 1 after a clean Close, 0 while open
-	metaClock   = "clock"   // u64: the Lamport clock
-	metaSettled = "settled" // journal.Pos: segments hold everything before it durably
-	metaAudit   = "audit"   // u64 lines ‖ hash of the last: the audit log's head
-	// metaAuditNext is the line an append is about to write (u64 seq ‖
-	// hash), durable before the line is: after an unclean stop that lost the
-	// head row, a line matching it is the database's own.
-	metaAuditNext = "audit_next"
-)
-
-// indexFormat is the version of the index layout (engine/keys.go). An index
-// of another version is refused; rebuild-index makes a new one.
-const indexFormat = 2
+// be is the byte order of every integer the engine writes.
+var be = binary.BigEndian
 
 // IndexDir is the directory of the Pebble index under the database root.
 const IndexDir = "index"
@@ -130,7 +117,7 @@ type DB struct {
 	// index snapshot (verify.go): so it never meets a segment gone under it.
 	removing sync.RWMutex
 	// histFrom is the frontier below which a rebuild from a snapshot indexed
-	// only the snapshot's state (metaHistoryFrom); nil when every version is
+	// only the snapshot's state (schema.MetaHistoryFrom); nil when every version is
 	// indexed. Set at open, read-only after.
 	histFrom map[string]uint64
 	settleMu sync.Mutex // one settle at a time
@@ -158,16 +145,29 @@ type DB struct {
 	// unreadable index aside; gate holds corruption reports until Open ends.
 	retry *indexRetry
 	gate  openGate
+	// ro is set by a read-only open (readonly.go).
+	ro *readOnly
+	// fdPressure is, in Unix ns, until when appends are refused because a
+	// write waits for a file descriptor (fdbudget.go); 0: none.
+	fdPressure atomic.Int64
+
+	// testVerifyPrepared, when set (by tests), runs in Verify once it has
+	// taken its index snapshot, before it reads any file.
+	testVerifyPrepared func()
 }
 
 // Open opens (creating if needed) the database in dir for reading and
 // writing. It takes the directory's write lock (STATE_001 if another process
 // holds it) and recovers from any crash before returning: see
-// DB.RecoveryReport for what recovery did.
+// DB.RecoveryReport for what recovery did. With Options.ReadOnly it opens
+// an existing database without the lock and writes nothing (readonly.go).
 func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if opts.ReadOnly {
+		return openReadOnly(dir, opts)
 	}
 	fs := opts.FS
 	made := missingDirs(fs, dir)
@@ -330,12 +330,12 @@ func (db *DB) open() error {
 	if err := db.openIndex(); err != nil {
 		return err
 	}
-	format, fresh, err := db.metaUint(metaFormat)
+	format, fresh, err := db.metaUint(schema.MetaFormat)
 	if err != nil {
 		return err
 	}
-	if !fresh && format != indexFormat {
-		return errs.New(errs.CodeInvalidInput, "index format %d is not supported (want %d); run rebuild-index", format, indexFormat)
+	if !fresh && format != schema.Format {
+		return errs.New(errs.CodeInvalidInput, "index format %d is not supported (want %d); run rebuild-index", format, schema.Format)
 	}
 	if db.id, err = db.loadOrCreateID(); err != nil {
 		return err
@@ -348,11 +348,11 @@ func (db *DB) open() error {
 	if db.histFrom, err = loadHistoryFrom(db.index); err != nil {
 		return err
 	}
-	clean, _, err := db.metaUint(metaClean)
+	clean, _, err := db.metaUint(schema.MetaClean)
 	if err != nil {
 		return err
 	}
-	clock, _, err := db.metaUint(metaClock)
+	clock, _, err := db.metaUint(schema.MetaClock)
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ func (db *DB) open() error {
 	// mark goes down before the session's journal file exists, or a crash
 	// between the two would leave a clean index older than the journal,
 	// which the next Open would take for a restored copy (stale_index).
-	if err := db.setMetaDurable(metaClean, 0); err != nil {
+	if err := db.setMetaDurable(schema.MetaClean, 0); err != nil {
 		return err
 	}
 	if err := db.startJournal(); err != nil {
@@ -501,12 +501,12 @@ func (db *DB) initIndex() error {
 	}
 	b := db.index.NewBatch()
 	if auditRow != nil {
-		_ = b.Set(metaKey(metaAudit), auditRow, nil)
+		_ = b.Set(schema.MetaKey(schema.MetaAudit), auditRow, nil)
 	}
-	_ = b.Set(metaKey(metaDBID), []byte(db.id), nil)
-	_ = b.Set(metaKey(metaClean), be.AppendUint64(nil, 1), nil)
-	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)
-	_ = b.Set(metaKey(metaFormat), be.AppendUint64(nil, indexFormat), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaDBID), []byte(db.id), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaClean), be.AppendUint64(nil, 1), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaClock), be.AppendUint64(nil, db.clock.Load()), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaFormat), be.AppendUint64(nil, schema.Format), nil)
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "initialise index")
 	}
@@ -566,7 +566,7 @@ func (db *DB) removeLeftovers() error {
 
 // setMetaDurable writes a u64 meta row and flushes the index.
 func (db *DB) setMetaDurable(name string, v uint64) error {
-	if err := db.index.Set(metaKey(name), be.AppendUint64(nil, v), pebble.NoSync); err != nil {
+	if err := db.index.Set(schema.MetaKey(name), be.AppendUint64(nil, v), pebble.NoSync); err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", name)
 	}
 	return db.flushIndex()
@@ -615,7 +615,7 @@ func (db *DB) startJournal() error {
 // newest journal file (after a crash, an unclean one may name an older
 // file, the journal having moved on since).
 func (db *DB) indexIsStale(clean bool) (bool, error) {
-	b, ok, err := db.metaBytes(metaSettled)
+	b, ok, err := db.metaBytes(schema.MetaSettled)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -665,7 +665,7 @@ func (db *DB) loadOrCreateID() (string, error) {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "read %s", path)
 	}
 	// An index from before the id file: keep its id.
-	if v, ok, err := db.metaBytes(metaDBID); err != nil {
+	if v, ok, err := db.metaBytes(schema.MetaDBID); err != nil {
 		return "", err
 	} else if ok && len(v) == 32 && isHex(string(v)) {
 		return string(v), db.writeWholeFile(path, append(v, '\n'))
@@ -690,7 +690,7 @@ func (db *DB) hasSegments() (bool, error) {
 }
 
 func (db *DB) metaBytes(name string) ([]byte, bool, error) {
-	v, closer, err := db.index.Get(metaKey(name))
+	v, closer, err := db.index.Get(schema.MetaKey(name))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -757,6 +757,9 @@ func (db *DB) Close() error {
 
 // shut is Close but for the release of the lock.
 func (db *DB) shut() error {
+	if db.ro != nil {
+		return db.shutReadOnly()
+	}
 	db.adm.drain()
 	close(db.stopBg)
 	// The settle loop may be inside a settle whose mark is queued for the
@@ -766,7 +769,7 @@ func (db *DB) shut() error {
 	if db.failed.Load() == nil {
 		err = db.settle()
 		if err == nil {
-			err = db.setMetaDurable(metaClean, 1)
+			err = db.setMetaDurable(schema.MetaClean, 1)
 		}
 	}
 	close(db.stopApplier)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -116,16 +117,16 @@ func TestEveryCodeReadsWithOneErrorsAs(t *testing.T) {
 	}
 	flipByte(t, fs, seg, st.Size()-1) // the last byte of the record's hash
 	_, got[errs.CodeHashMismatch] = db.Record(ctx, "hash", 1)
-	for a, change := range map[string]func(*seqEntry){
-		"chain": func(e *seqEntry) { e.Segno = 9 }, // a segment that is not there
-		"index": func(e *seqEntry) { e.Counter++ }, // a row that disagrees with its frame
+	for a, change := range map[string]func(*schema.Location){
+		"chain": func(e *schema.Location) { e.Segno = 9 }, // a segment that is not there
+		"index": func(e *schema.Location) { e.Counter++ }, // a row that disagrees with its frame
 	} {
-		e, ok, err := db.seqEntry(a, 1)
+		e, ok, err := db.location(a, 1)
 		if err != nil || !ok {
 			t.Fatalf("row of %s: %v %v", a, ok, err)
 		}
 		change(&e)
-		if err := db.index.Set(seqKey(a, 1), e.encode(nil), pebble.NoSync); err != nil {
+		if err := db.index.Set(schema.SeqKey(a, 1), e.Append(nil), pebble.NoSync); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -45,12 +46,12 @@ func uncleanStates(t *testing.T, n int) []crashPoint {
 			mu.Lock()
 			defer mu.Unlock()
 			acked := acks.snapshot()
-			clone := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: newRand(rng.Uint64())})
+			clone := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: newRand(rng.Uint64())})
 			points = append(points, crashPoint{op: k, fs: clone, acked: acked})
 		}
 		return nil
 	})
-	db, err := Open("db", injOptions(errorfs.Wrap(lockOrdered(mem), inj), false))
+	db, err := Open("db", injOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj), false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func uncleanStates(t *testing.T, n int) []crashPoint {
 	// The last state is unclean too: taken while the database is open.
 	done.Store(true)
 	mu.Lock()
-	points = append(points, crashPoint{op: ops.Load(), fs: crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: newRand(7)}), acked: acks.snapshot()})
+	points = append(points, crashPoint{op: ops.Load(), fs: testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 50, RNG: newRand(7)}), acked: acks.snapshot()})
 	mu.Unlock()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func uncleanStates(t *testing.T, n int) []crashPoint {
 // anchor (unless sealed) and to the newest journal file: what unsynced
 // blocks full of garbage look like after a power loss.
 func garbageTails(t *testing.T, mem *vfs.MemFS) *vfs.MemFS {
-	out := crashClone(mem, vfs.CrashCloneCfg{})
+	out := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	junk := make([]byte, 512)
 	x := uint32(7)
 	for i := range junk {
@@ -90,14 +91,14 @@ func garbageTails(t *testing.T, mem *vfs.MemFS) *vfs.MemFS {
 		junk[i] = byte(x >> 16)
 	}
 	appendJunk := func(path string) {
-		data, err := readMemFile(out, path)
+		data, err := testutil.ReadFile(out, path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n := len(data); n >= segment.FooterSize && bytes.Equal(data[n-segment.FooterSize:n-segment.FooterSize+4], []byte{0xFF, 0xFF, 0xFF, 0xFF}) && strings.HasSuffix(path, ".seg") {
 			return // sealed: never written again, so never torn
 		}
-		writeMemFile(out, path, append(data, junk...))
+		testutil.WriteFile(out, path, append(data, junk...))
 	}
 	root := out.PathJoin("db", segment.AnchorsDir)
 	fans, _ := out.List(root)
@@ -197,9 +198,9 @@ func recoveryLoop(t *testing.T, id string) loopFunc {
 		t.Fatalf("unknown state in %q", id)
 	}
 	// The state must recover at all before failures are injected into it.
-	checkReopen(t, parts[1]+" without injection", crashClone(base, vfs.CrashCloneCfg{}), false, acked)
+	checkReopen(t, parts[1]+" without injection", testutil.CrashClone(base, vfs.CrashCloneCfg{}), false, acked)
 	return func(t *testing.T, i int) bool {
-		state := crashClone(base, vfs.CrashCloneCfg{})
+		state := testutil.CrashClone(base, vfs.CrashCloneCfg{})
 		rec := &recordingInjector{Injector: c.injector(i)}
 		fs, ffs := c.fs(state, rec)
 		defer cleanupFatalDirs()
@@ -266,14 +267,14 @@ func TestRecoverySegmentReadErrors(t *testing.T) {
 	if err := workload(ctx, db, 1, 14, acks); err != nil {
 		t.Fatal(err)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(5)})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(5)})
 	_ = db.Close()
 	acked := acks.snapshot()
 
 	isSegment := errorfs.PathMatch("db/anchors/*/*/*.seg")
 	var failures []string
 	for i := 0; i < 1000; i++ {
-		state := crashClone(crashed, vfs.CrashCloneCfg{})
+		state := testutil.CrashClone(crashed, vfs.CrashCloneCfg{})
 		rec := &recordingInjector{Injector: errorfs.ErrInjected.If(errorfs.And(isSegment, errorfs.OnIndex(int32(i))))}
 		fs := errorfs.Wrap(state, rec)
 		db, err := Open("db", Options{FS: fs, SegmentSize: 4096})

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -221,7 +222,7 @@ func (c injCase) injector(i int) errorfs.Injector {
 func (c injCase) fs(mem *vfs.MemFS, inj errorfs.Injector) (vfs.FS, *faultFS) {
 	if c.mode == faultPlain {
 		// faultFS without an injector is only used for its crash states.
-		return errorfs.Wrap(lockOrdered(mem), inj), newFaultFS(mem, nil, faultPlain)
+		return errorfs.Wrap(testutil.LockOrdered(mem), inj), newFaultFS(mem, nil, faultPlain)
 	}
 	ffs := newFaultFS(mem, inj, c.mode)
 	return ffs, ffs
@@ -502,7 +503,7 @@ func TestCloseAfterWriteFailure(t *testing.T) {
 			}
 			return nil
 		})
-		db, err := Open("db", Options{FS: errorfs.Wrap(lockOrdered(mem), inj), SegmentSize: 4096, SettleBytes: 1, SettleInterval: time.Millisecond})
+		db, err := Open("db", Options{FS: errorfs.Wrap(testutil.LockOrdered(mem), inj), SegmentSize: 4096, SettleBytes: 1, SettleInterval: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"math"
 	"runtime"
 	"slices"
 	"sync"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -232,12 +232,12 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 				inSnapTruncated[anchorSeq{v.Anchor, v.Seq}] = true
 				continue
 			}
-			ve := versionEntry{Type: verPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash}
+			ve := schema.Version{Type: schema.VersionPut, Seq: v.Seq, Time: v.Time, Hash: v.Hash}
 			if len(e.Value) <= db.opts.InlineValueMax {
 				ve.Inline, ve.Value = true, e.Value
 			}
-			key = appendVersionKey(key[:0], e.Key, v.Counter, v.Anchor)
-			val = ve.encode(val[:0])
+			key = schema.AppendVersionKey(key[:0], e.Key, v.Counter, v.Anchor)
+			val = ve.Append(val[:0])
 			if err = kW.set(key, val); err != nil {
 				break
 			}
@@ -326,8 +326,8 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 			}
 		}
 		kept = append(kept, r.out.kept...)
-		meta := anchorMeta{ActiveSegno: r.out.st.segno, ActiveFirstSeq: r.out.st.segFirst}
-		if err := aW.set(anchorKey(ra.id), meta.encode(nil)); err != nil {
+		meta := schema.AnchorMeta{ActiveSegno: r.out.st.segno, ActiveFirstSeq: r.out.st.segFirst}
+		if err := aW.set(schema.AnchorKey(ra.id), meta.Append(nil)); err != nil {
 			return err
 		}
 		clock = max(clock, r.out.st.lastCounter)
@@ -362,7 +362,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 	for id, p := range front {
 		hist[id] = p.Seq
 	}
-	_ = last.Set(metaKey(metaHistoryFrom), encodeHistoryFrom(hist), nil)
+	_ = last.Set(schema.MetaKey(schema.MetaHistoryFrom), schema.EncodeHistoryFrom(hist), nil)
 	matched := 0
 	for i := range kept {
 		k := &kept[i]
@@ -374,9 +374,9 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		// superseded version gets no 'k' row, but Record still reads it
 		// from its 'r' row, as after a full rebuild.
 		if inState || k.rec.Type == segment.TypeDelete {
-			keptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = last.Set(key, v, nil) })
+			schema.KeptRows(k.segno, &k.rec, func(_ byte, key, v []byte) { _ = last.Set(key, v, nil) })
 		} else {
-			_ = last.Set(retainedKey(k.rec.Anchor, k.rec.Seq), segment.AppendFrame(nil, &k.rec), nil)
+			_ = last.Set(schema.KeptKey(k.rec.Anchor, k.rec.Seq), segment.AppendFrame(nil, &k.rec), nil)
 		}
 	}
 	if matched != len(inSnapTruncated) {
@@ -417,7 +417,7 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 // failure is returned.
 //
 // NB: a rebuild has no index, so no recorded head of the audit log
-// (metaAudit) to tell the database's own lines from ones appended after
+// (schema.MetaAudit) to tell the database's own lines from ones appended after
 // them: every line of the log as it stands counts, as it does for the head
 // the rebuilt index adopts (adoptedAuditHead). The chain is unkeyed, so
 // someone who can append a well-formed line can still vouch for a forged
@@ -554,36 +554,36 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 	var nodes, idems []kv
 	visit := func(id compact.NodeID, hash []byte) {
 		if storedNodeLevel(id.Level) {
-			nodes = append(nodes, kv{nodeKey(ra.id, uint8(id.Level), id.Index), slices.Clone(hash)})
+			nodes = append(nodes, kv{schema.NodeKey(ra.id, uint8(id.Level), id.Index), slices.Clone(hash)})
 		}
 	}
 	add := func(segno uint64, off int64, size int, rec *segment.Record) {
-		se := seqEntry{Segno: segno, Offset: off, Size: uint32(size), Counter: rec.Counter, Hash: rec.Hash}
-		out.s = append(out.s, kv{appendSeqKey(alloc(seqKeySize(ra.id)), ra.id, rec.Seq), se.encode(alloc(seqEntrySize))})
+		se := schema.Location{Segno: segno, Offset: off, Size: uint32(size), Counter: rec.Counter, Hash: rec.Hash}
+		out.s = append(out.s, kv{schema.AppendSeqKey(alloc(schema.SeqKeySize(ra.id)), ra.id, rec.Seq), se.Append(alloc(schema.LocationSize))})
 		leaf := segment.LeafHash(rec.Hash)
 		_ = tree.Append(leaf[:], visit)
 		if len(rec.IdempotencyKey) > 0 {
-			ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value)}
-			idems = append(idems, kv{idemKey(ra.id, rec.IdempotencyKey), ie.encode(nil)})
+			ie := schema.Idem{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value)}
+			idems = append(idems, kv{schema.IdemKey(ra.id, rec.IdempotencyKey), ie.Append(nil)})
 		}
 		switch {
 		case rec.Seq > fr && rec.IsKV():
 			// The tail: its versions are not in the snapshot.
-			ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: off, Size: uint32(size)}
+			ve := schema.Version{Type: schema.VersionPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: off, Size: uint32(size)}
 			if rec.Type == segment.TypeDelete {
-				ve.Type = verDelete
+				ve.Type = schema.VersionDelete
 			} else if len(rec.Value) <= db.opts.InlineValueMax {
 				ve.Inline, ve.Value = true, rec.Value
 			}
-			out.k = append(out.k, kv{versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil)})
+			out.k = append(out.k, kv{schema.VersionKey(rec.Key, rec.Counter, rec.Anchor), ve.Append(nil)})
 		case rec.Type == segment.TypeDelete:
 			// A snapshot holds no deletes, and a key's newest version up to
 			// the frontier may be one: without its row, a record that sorts
 			// before it (a caller's counter, an ingest) or a version a
 			// truncation keeps would stand as the key's newest. Like the
 			// snapshot's rows it names no location (the 's' row has it).
-			ve := versionEntry{Type: verDelete, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash}
-			out.k = append(out.k, kv{versionKey(rec.Key, rec.Counter, rec.Anchor), ve.encode(nil)})
+			ve := schema.Version{Type: schema.VersionDelete, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash}
+			out.k = append(out.k, kv{schema.VersionKey(rec.Key, rec.Counter, rec.Anchor), ve.Append(nil)})
 		}
 		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter
 		if rec.Seq == fr {
@@ -611,8 +611,8 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 		}
 		for i, h := range stub.Hashes {
 			rec := segment.Record{Seq: stub.FirstSeq + uint64(i), Hash: h, Counter: stub.Counters[i]}
-			se := seqEntry{Segno: segno, Hash: h, Counter: rec.Counter}
-			out.s = append(out.s, kv{seqKey(ra.id, rec.Seq), se.encode(nil)})
+			se := schema.Location{Segno: segno, Hash: h, Counter: rec.Counter}
+			out.s = append(out.s, kv{schema.SeqKey(ra.id, rec.Seq), se.Append(nil)})
 			leaf := segment.LeafHash(h)
 			_ = tree.Append(leaf[:], visit)
 			st.head, st.headHash, st.lastCounter = rec.Seq, h, rec.Counter
@@ -627,8 +627,8 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 		// the snapshot: only those still in its state are indexed (one that
 		// a record up to the frontier superseded is history, not rebuilt).
 		for _, e := range stub.Idem {
-			ie := idemEntry{Seq: e.Seq, Counter: e.Counter, Hash: stub.HashAt(e.Seq), Fingerprint: e.Fingerprint}
-			idems = append(idems, kv{idemKey(ra.id, e.Key), ie.encode(nil)})
+			ie := schema.Idem{Seq: e.Seq, Counter: e.Counter, Hash: stub.HashAt(e.Seq), Fingerprint: e.Fingerprint}
+			idems = append(idems, kv{schema.IdemKey(ra.id, e.Key), ie.Append(nil)})
 		}
 		for _, rec := range stub.Kept {
 			out.kept = append(out.kept, keptRecord{segno: segno, rec: rec})
@@ -714,26 +714,10 @@ func readWhole(fs vfs.FS, path string) ([]byte, error) {
 	return buf, nil
 }
 
-// metaHistoryFrom names the index row a rebuild from a snapshot leaves: per
-// anchor, the seq up to which its history was not rebuilt (the snapshot's
-// frontier). Below it the index has the snapshot's state, not every version.
-const metaHistoryFrom = "history_from"
-
-func encodeHistoryFrom(m map[string]uint64) []byte {
-	ids := slices.Sorted(maps.Keys(m))
-	var b []byte
-	for _, id := range ids {
-		b = append(b, byte(len(id)))
-		b = append(b, id...)
-		b = be.AppendUint64(b, m[id])
-	}
-	return b
-}
-
-// loadHistoryFrom reads the metaHistoryFrom row; none means every version is
+// loadHistoryFrom reads the schema.MetaHistoryFrom row; none means every version is
 // indexed.
 func loadHistoryFrom(r pebble.Reader) (map[string]uint64, error) {
-	v, closer, err := r.Get(metaKey(metaHistoryFrom))
+	v, closer, err := r.Get(schema.MetaKey(schema.MetaHistoryFrom))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, nil
 	}
@@ -741,29 +725,12 @@ func loadHistoryFrom(r pebble.Reader) (map[string]uint64, error) {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
 	defer closer.Close()
-	return decodeHistoryFrom(v)
-}
-
-// decodeHistoryFrom decodes a metaHistoryFrom row: per anchor, in ascending
-// order of id, u8 len ‖ id ‖ u64 seq. It accepts only what
-// encodeHistoryFrom writes: an id repeated, out of order or empty is a
-// damaged row (INT_004), not one to read with the last value winning.
-func decodeHistoryFrom(v []byte) (map[string]uint64, error) {
-	out := map[string]uint64{}
-	var last []byte
-	for len(v) > 0 {
-		n := int(v[0])
-		if n == 0 || len(v) < 1+n+8 {
-			return nil, errs.New(errs.CodeIndexMismatch, "malformed %s row", metaHistoryFrom)
-		}
-		id := v[1 : 1+n]
-		if last != nil && bytes.Compare(id, last) <= 0 {
-			return nil, errs.New(errs.CodeIndexMismatch, "%s row lists anchor %q after %q", metaHistoryFrom, id, last)
-		}
-		out[string(id)] = be.Uint64(v[1+n:])
-		last, v = id, v[1+n+8:]
+	m, err := schema.DecodeHistoryFrom(v)
+	if err != nil {
+		// The row's own text, with the code: a damaged row of the index.
+		return nil, errs.New(errs.CodeIndexMismatch, "%s", err)
 	}
-	return out, nil
+	return m, nil
 }
 
 // segmentFirstSeq reads the first seq from a segment's header.

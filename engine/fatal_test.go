@@ -3,13 +3,13 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -35,7 +35,7 @@ func fatalSaver(ffs *faultFS, acks *ackLog, noSync bool, seed uint64) func(strin
 			name string
 			pct  int
 		}{{"restart", 100}, {"power", 0}} {
-			if err := copyMemFS(ffs.crashState(st.pct, seed), "", filepath.Join(dir, st.name)); err != nil {
+			if err := testutil.CopyTree(ffs.crashState(st.pct, seed), "", vfs.Default, filepath.Join(dir, st.name)); err != nil {
 				return
 			}
 		}
@@ -72,45 +72,6 @@ func ackLogOf(acked []ackedEntry) *ackLog {
 	l := &ackLog{}
 	l.receipts = append(l.receipts, acked...)
 	return l
-}
-
-// copyMemFS copies the tree under from in mem to the directory to.
-func copyMemFS(mem *vfs.MemFS, from, to string) error {
-	if err := os.MkdirAll(to, 0o755); err != nil {
-		return err
-	}
-	names, err := mem.List(from)
-	if err != nil {
-		return err
-	}
-	for _, n := range names {
-		src := mem.PathJoin(from, n)
-		st, err := mem.Stat(src)
-		if err != nil {
-			return err
-		}
-		dst := filepath.Join(to, n)
-		if st.IsDir() {
-			if err := copyMemFS(mem, src, dst); err != nil {
-				return err
-			}
-			continue
-		}
-		f, err := mem.Open(src)
-		if err != nil {
-			return err
-		}
-		data := make([]byte, st.Size())
-		_, err = f.ReadAt(data, 0)
-		f.Close()
-		if err != nil && err != io.EOF {
-			return err
-		}
-		if err := os.WriteFile(dst, data, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // verifyFatalStates checks the states a child saved at a Pebble fatal. It

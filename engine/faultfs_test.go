@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -14,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -125,8 +125,8 @@ func (fs *faultFS) rewritten(path string, off int64, n int) {
 
 // poisonFile records that an fsync of path failed now.
 func (fs *faultFS) poisonFile(path string) {
-	durable, _ := readMemFile(crashClone(fs.mem, vfs.CrashCloneCfg{}), path)
-	live, err := readMemFile(fs.mem, path)
+	durable, _ := testutil.ReadFile(testutil.CrashClone(fs.mem, vfs.CrashCloneCfg{}), path)
+	live, err := testutil.ReadFile(fs.mem, path)
 	if err != nil {
 		return
 	}
@@ -161,7 +161,7 @@ func (fs *faultFS) crashState(pct int, seed uint64) *vfs.MemFS {
 	} else if pct == 100 {
 		cfg.RNG = newRand(seed) // unused draws: every block is kept
 	}
-	clone := crashClone(fs.mem, cfg)
+	clone := testutil.CrashClone(fs.mem, cfg)
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	paths := make([]string, 0, len(fs.poisoned))
@@ -171,7 +171,7 @@ func (fs *faultFS) crashState(pct int, seed uint64) *vfs.MemFS {
 	sort.Strings(paths)
 	for _, path := range paths {
 		p := fs.poisoned[path]
-		cur, err := readMemFile(clone, path)
+		cur, err := testutil.ReadFile(clone, path)
 		if err != nil {
 			continue // the file did not survive at all
 		}
@@ -192,47 +192,10 @@ func (fs *faultFS) crashState(pct int, seed uint64) *vfs.MemFS {
 		}
 		out = out[:end]
 		if !bytes.Equal(out, cur) {
-			writeMemFile(clone, path, out)
+			testutil.WriteFile(clone, path, out)
 		}
 	}
 	return clone
-}
-
-// readMemFile returns the whole content of path in fs.
-func readMemFile(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, st.Size())
-	if _, err := f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
-	}
-	return buf, nil
-}
-
-// writeMemFile replaces path with data, durably.
-func writeMemFile(fs vfs.FS, path string, data []byte) {
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := f.Write(slices.Clone(data)); err != nil {
-		panic(err)
-	}
-	if err := f.Sync(); err != nil {
-		panic(err)
-	}
-	_ = f.Close()
-	if d, err := fs.OpenDir(fs.PathDir(path)); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
 }
 
 // Create implements vfs.FS.
@@ -374,7 +337,7 @@ func (fs *faultFS) Lock(name string) (io.Closer, error) {
 	if err := fs.maybe(errorfs.Op{Kind: errorfs.OpLock, Path: name}); err != nil {
 		return nil, err
 	}
-	return lockOrdered(fs.mem).Lock(name)
+	return testutil.LockOrdered(fs.mem).Lock(name)
 }
 
 // List implements vfs.FS.
@@ -593,12 +556,12 @@ func TestFaultFS(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = f.Close()
-		live, _ := readMemFile(mem, "d/f")
+		live, _ := testutil.ReadFile(mem, "d/f")
 		if string(live) != "AAAABBBBCC" {
 			t.Fatalf("live content %q: the page cache still serves what it failed to write", live)
 		}
 		for _, pct := range []int{0, 100} {
-			got, err := readMemFile(fs.crashState(pct, 1), "d/f")
+			got, err := testutil.ReadFile(fs.crashState(pct, 1), "d/f")
 			if err != nil || string(got) != "AAAA\x00\x00\x00\x00CC" {
 				t.Fatalf("after a crash (%d%% of unsynced data kept): %q %v; want the dropped bytes gone", pct, got, err)
 			}
@@ -611,7 +574,7 @@ func TestFaultFS(t *testing.T) {
 		if err := write(t, fs, f, "0123456789", 0, true); err == nil {
 			t.Fatal("no error")
 		}
-		if got, _ := readMemFile(mem, "f"); string(got) != "01234" {
+		if got, _ := testutil.ReadFile(mem, "f"); string(got) != "01234" {
 			t.Fatalf("torn write left %q", got)
 		}
 	})
@@ -623,7 +586,7 @@ func TestFaultFS(t *testing.T) {
 		if err := write(t, fs, f, want, 0, true); err == nil {
 			t.Fatal("no error")
 		}
-		got, _ := readMemFile(mem, "f")
+		got, _ := testutil.ReadFile(mem, "f")
 		if len(got) != 600 || string(got[:512]) == want[:512] || string(got[512:]) != want[512:] {
 			t.Fatalf("garbage write left %q", got)
 		}

@@ -50,22 +50,10 @@ func (c *fileCache) acquire(path string, writable, create bool) (*cachedFile, er
 	c.mu.Unlock()
 
 	// Open outside the lock: it may touch the disk.
-	var f vfs.File
-	var err error
-	switch {
-	case create:
-		f, err = c.fs.Create(path, vfs.WriteCategoryUnspecified)
-	case writable:
-		// NB: Stat first: OpenReadWrite would create a missing file, and a
-		// FIFO is never opened (an *fsutil.EntryError).
-		if _, err = fsutil.Regular(c.fs, path, false); err == nil {
-			f, err = c.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
-		}
-	default:
-		// NB: the open of a FIFO for reading blocks, with no context to end
-		// it: a segment that is not a regular file is an
-		// *fsutil.EntryError, never opened.
-		f, err = fsutil.Open(c.fs, path, false)
+	f, err := c.openFile(path, writable, create)
+	if err != nil && isFDPressure(err) && c.closeIdle() > 0 {
+		// No descriptor left: the idle files give theirs back.
+		f, err = c.openFile(path, writable, create)
 	}
 	if err != nil {
 		return nil, err
@@ -88,6 +76,44 @@ func (c *fileCache) acquire(path string, writable, create bool) (*cachedFile, er
 	c.entries[path] = cf
 	c.evictLocked()
 	return cf, nil
+}
+
+// openFile opens path as acquire asks.
+func (c *fileCache) openFile(path string, writable, create bool) (f vfs.File, err error) {
+	switch {
+	case create:
+		f, err = c.fs.Create(path, vfs.WriteCategoryUnspecified)
+	case writable:
+		// NB: Stat first: OpenReadWrite would create a missing file, and a
+		// FIFO is never opened (an *fsutil.EntryError).
+		if _, err = fsutil.Regular(c.fs, path, false); err == nil {
+			f, err = c.fs.OpenReadWrite(path, vfs.WriteCategoryUnspecified)
+		}
+	default:
+		// NB: the open of a FIFO for reading blocks, with no context to end
+		// it: a segment that is not a regular file is an
+		// *fsutil.EntryError, never opened.
+		f, err = fsutil.Open(c.fs, path, false)
+	}
+	return f, err
+}
+
+// closeIdle closes every cached file no one is using and returns how many
+// it closed: the descriptors go back to the process.
+func (c *fileCache) closeIdle() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for e := c.lru.Back(); e != nil; {
+		cf := e.Value.(*cachedFile)
+		prev := e.Prev()
+		if cf.refs == 0 {
+			c.removeLocked(cf)
+			n++
+		}
+		e = prev
+	}
+	return n
 }
 
 func (c *fileCache) release(cf *cachedFile) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -137,12 +138,11 @@ func foreignDB(t *testing.T) (string, []string) {
 	return dir, segs
 }
 
-// wantCode fails unless err carries code and (when file is set) names it.
-func wantCode(t *testing.T, what string, err error, code errs.Code, file string) {
+// wantCodeAt fails unless err carries code and (when file is set) names it;
+// what says which call err came from.
+func wantCodeAt(t *testing.T, what string, err error, code errs.Code, file string) {
 	t.Helper()
-	if errs.CodeOf(err) != code {
-		t.Fatalf("%s: %v; want %s", what, err, code)
-	}
+	testutil.WantCode(t, fmt.Errorf("%s: %w", what, err), code)
 	if file != "" && !strings.Contains(err.Error(), file) {
 		t.Fatalf("%s: %v; want it to name %s", what, err, file)
 	}
@@ -193,7 +193,7 @@ func TestForeignSegmentEntry(t *testing.T) {
 						_, err := RebuildIndex(ctx, dir, opts, apply)
 						return err
 					})
-					wantCode(t, fmt.Sprintf("rebuild-index apply=%v", apply), rerr, errs.CodeChainBroken, path)
+					wantCodeAt(t, fmt.Sprintf("rebuild-index apply=%v", apply), rerr, errs.CodeChainBroken, path)
 				}
 				if after, err := os.ReadDir(indexDir); err != nil || len(after) != len(indexBefore) {
 					t.Fatalf("the index was touched by a refused rebuild: %d entries, %v", len(after), err)
@@ -203,7 +203,7 @@ func TestForeignSegmentEntry(t *testing.T) {
 				db := openWithin(t, "Open", fifos, dir, opts)
 				rerr := within(t, "read", fifos, func() error { _, err := db.Record(ctx, "a", 1); return err })
 				if place == "sealed" {
-					wantCode(t, "read of seq 1", rerr, errs.CodeChainBroken, path)
+					wantCodeAt(t, "read of seq 1", rerr, errs.CodeChainBroken, path)
 				} else if rerr != nil {
 					t.Fatalf("read of seq 1: %v", rerr)
 				}
@@ -330,9 +330,9 @@ func TestForeignJournalEntry(t *testing.T) {
 				}
 				return err
 			})
-			wantCode(t, "open", oerr, errs.CodeChainBroken, newer)
+			wantCodeAt(t, "open", oerr, errs.CodeChainBroken, newer)
 			rerr := within(t, "rebuild-index", fifos, func() error { _, err := RebuildIndex(ctx, dir, opts, true); return err })
-			wantCode(t, "rebuild-index", rerr, errs.CodeChainBroken, newer)
+			wantCodeAt(t, "rebuild-index", rerr, errs.CodeChainBroken, newer)
 			if err := os.RemoveAll(newer); err != nil {
 				t.Fatal(err)
 			}
@@ -354,7 +354,7 @@ func TestForeignJournalEntry(t *testing.T) {
 				t.Fatalf("the foreign entry was removed: %v", err)
 			}
 			rerr = within(t, "rebuild-index", []string{older}, func() error { _, err := RebuildIndex(ctx, dir, opts, false); return err })
-			wantCode(t, "rebuild-index dry run", rerr, errs.CodeChainBroken, older)
+			wantCodeAt(t, "rebuild-index dry run", rerr, errs.CodeChainBroken, older)
 		})
 	}
 }
@@ -402,7 +402,7 @@ func TestForeignTreeDirectories(t *testing.T) {
 			fifos := []string{path}
 			if c.lostIndex {
 				rerr := within(t, "rebuild-index", fifos, func() error { _, err := RebuildIndex(ctx, dir, opts, false); return err })
-				wantCode(t, "rebuild-index", rerr, errs.CodeChainBroken, path)
+				wantCodeAt(t, "rebuild-index", rerr, errs.CodeChainBroken, path)
 			}
 			type opened struct {
 				db  *DB
@@ -413,7 +413,7 @@ func TestForeignTreeDirectories(t *testing.T) {
 				return opened{db, err}
 			})
 			if c.openCode != "" {
-				wantCode(t, "open", o.err, c.openCode, path)
+				wantCodeAt(t, "open", o.err, c.openCode, path)
 				return
 			}
 			if o.err != nil {
@@ -465,7 +465,7 @@ func TestForeignLockFile(t *testing.T) {
 				}
 				return err
 			})
-			wantCode(t, "open", err, errs.CodeWriteFailed, path)
+			wantCodeAt(t, "open", err, errs.CodeWriteFailed, path)
 			if _, err := os.Lstat(filepath.Join(dir, "nowhere")); !os.IsNotExist(err) {
 				t.Fatalf("the dangling link's target was created: %v", err)
 			}

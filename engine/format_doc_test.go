@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -17,6 +21,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/proof"
@@ -354,10 +359,10 @@ func TestFormatDocSizes(t *testing.T) {
 		{"MaxFrameBody (§3.1: 553,652,355)", segment.MaxFrameBody, 553652355},
 		{"journal block header (§5.2: 8 bytes)", journal.HeaderSize, 8},
 		{"journal block bound (§5.2: 2^30)", journal.MaxPayload, 1 << 30},
-		{"s row value (§6.3: 60 bytes)", seqEntrySize, 60},
-		{"i row value (§6.4: 80 bytes)", idemEntrySize, 80},
-		{"k row fixed value (§6.5: value at offset 70)", versionFixed, 70},
-		{"index format (§6.7: mformat = 2)", indexFormat, 2},
+		{"s row value (§6.3: 60 bytes)", schema.LocationSize, 60},
+		{"i row value (§6.4: 80 bytes)", schema.IdemSize, 80},
+		{"k row fixed value (§6.5: value at offset 70)", schema.VersionFixed, 70},
+		{"index format (§6.7: mformat = 2)", schema.Format, 2},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: the code has %d", c.what, c.got)
@@ -366,10 +371,67 @@ func TestFormatDocSizes(t *testing.T) {
 	if !strings.Contains(doc, "| `mformat` | `u64` = 2 |") {
 		t.Errorf("FORMAT.md §6.7 no longer says mformat = 2")
 	}
-	for tag, name := range map[byte]string{tagAnchor: "a", tagIdem: "i", tagKey: "k", tagMeta: "m", tagNode: "n", tagRetain: "r", tagSeq: "s"} {
+	for tag, name := range map[byte]string{schema.TagAnchor: "a", schema.TagIdem: "i", schema.TagKey: "k", schema.TagMeta: "m", schema.TagNode: "n", schema.TagKept: "r", schema.TagSeq: "s"} {
 		if want := fmt.Sprintf("| `%s` 0x%02x |", name, tag); !strings.Contains(doc, want) {
 			t.Errorf("FORMAT.md §6 lacks the table tag row %s", want)
 		}
+	}
+}
+
+// TestFormatDocIndexTables checks that FORMAT.md §6's table of tags, the
+// row table in engine/internal/schema's package doc and the schema's tag
+// constants name the same tables, and that §6.7 lists exactly the schema's
+// meta rows: the code's summary and the document cannot drift apart.
+func TestFormatDocIndexTables(t *testing.T) {
+	doc := readFormatDoc(t)
+	docTags := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(.)` 0x[0-9a-f]{2} \\|").FindAllStringSubmatch(docSection(t, doc, "## 6."), -1) {
+		docTags[m[1]] = true
+	}
+	pkgDoc, err := os.ReadFile("internal/schema/doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codeDocTags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^//\t'(.)'  `).FindAllStringSubmatch(string(pkgDoc), -1) {
+		codeDocTags[m[1]] = true
+	}
+	codeTags := map[string]bool{}
+	for _, tag := range []byte{schema.TagAnchor, schema.TagIdem, schema.TagKey, schema.TagMeta, schema.TagNode, schema.TagKept, schema.TagSeq} {
+		codeTags[string(tag)] = true
+	}
+	if !maps.Equal(docTags, codeTags) || !maps.Equal(codeDocTags, codeTags) {
+		t.Errorf("table tags: FORMAT.md §6 %v, schema's package doc %v, schema's constants %v", slices.Sorted(maps.Keys(docTags)),
+			slices.Sorted(maps.Keys(codeDocTags)), slices.Sorted(maps.Keys(codeTags)))
+	}
+
+	docMeta := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `m([a-z_]+)` \\|").FindAllStringSubmatch(docSection(t, doc, "### 6.7"), -1) {
+		docMeta[m[1]] = true
+	}
+	codeMeta := map[string]bool{}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "internal/schema/meta.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			for _, sp := range g.Specs {
+				vs := sp.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					if strings.HasPrefix(n.Name, "Meta") && i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							name, _ := strconv.Unquote(lit.Value)
+							codeMeta[name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(codeMeta) == 0 || !maps.Equal(docMeta, codeMeta) {
+		t.Errorf("meta rows: FORMAT.md §6.7 %v, schema's Meta* names %v", slices.Sorted(maps.Keys(docMeta)), slices.Sorted(maps.Keys(codeMeta)))
 	}
 }
 

@@ -85,7 +85,7 @@ func TestFailedSegmentWriteNotReadAsCorruption(t *testing.T) {
 		if !fired.Load() {
 			t.Fatal("the injected segment write failure did not fire")
 		}
-		row, ok, err := db.seqEntry(anchor, 4)
+		row, ok, err := db.location(anchor, 4)
 		if err != nil || !ok {
 			t.Fatalf("row of seq 4: %v %v", ok, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/invariants"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -30,9 +31,9 @@ type group struct {
 	clock      uint64 // the Lamport clock: highest counter seen
 	records    int
 	duplicates bool
-	idem       map[string]idemEntry // idempotency keys claimed in this group
-	versions   versionRows          // the 'k' rows, set into batch in key order when the group is built
-	prepared   []preparedRecord     // records of the request being prepared
+	idem       map[string]schema.Idem // idempotency keys claimed in this group
+	versions   versionRows            // the 'k' rows, set into batch in key order when the group is built
+	prepared   []preparedRecord       // records of the request being prepared
 	scratch    []byte
 	block      []byte // the journal block: header room, count, records
 	spares     []*pendingAnchor
@@ -137,7 +138,7 @@ func (db *DB) buildGroup(reqs []*request) *group {
 	for _, p := range g.order {
 		if p.metaDirty {
 			meta := anchorMetaOf(p.a, p.anchorHead)
-			_ = g.batch.Set(anchorKey(p.a.id), meta.encode(g.scratch[:0]), nil)
+			_ = g.batch.Set(schema.AnchorKey(p.a.id), meta.Append(g.scratch[:0]), nil)
 			p.stored = true
 		}
 	}
@@ -176,7 +177,7 @@ func (db *DB) buildGroup(reqs []*request) *group {
 	if len(g.idem) > 0 {
 		db.idemMu.Lock()
 		for k, v := range g.idem {
-			db.pendingIdem[k] = pendingIdem{idemEntry: v, group: g.id}
+			db.pendingIdem[k] = pendingIdem{Idem: v, group: g.id}
 		}
 		db.idemMu.Unlock()
 	}
@@ -337,7 +338,7 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 			db.idemMu.Lock()
 			var pi pendingIdem
 			pi, found = db.pendingIdem[ik]
-			prior = pi.idemEntry
+			prior = pi.Idem
 			db.idemMu.Unlock()
 		}
 		if !found {
@@ -346,7 +347,7 @@ func (g *group) prepareRecord(e *Entry, u *requestUndo) (Receipt, error) {
 			}
 		}
 		if found {
-			rc := prior.duplicateOf(e.Anchor)
+			rc := duplicateOf(prior, e.Anchor)
 			if prior.Fingerprint != fp {
 				return Receipt{}, newConflict(rc, prior.Fingerprint, fp, e.IdempotencyKey)
 			}
@@ -420,9 +421,9 @@ func (g *group) place(p *pendingAnchor, rec *segment.Record, fp segment.Hash, ik
 	g.clock = max(g.clock, rec.Counter)
 	if ik != "" {
 		if g.idem == nil {
-			g.idem = make(map[string]idemEntry)
+			g.idem = make(map[string]schema.Idem)
 		}
-		g.idem[ik] = idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: fp}
+		g.idem[ik] = schema.Idem{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash, Fingerprint: fp}
 		if u != nil {
 			u.idemKeys = append(u.idemKeys, ik)
 		}
@@ -574,24 +575,24 @@ func (p *pendingAnchor) newWrite(segno uint64, offset int64, create bool) *segWr
 func (g *group) emit(pr *preparedRecord) {
 	db, rec, p := g.db, &pr.rec, pr.p
 	frame := p.writes[pr.write].buf[pr.bufStart : pr.bufStart+pr.size]
-	g.block = appendJournalRecord(g.block, rec.Anchor, pr.segno, pr.offset, frame)
+	g.block = schema.AppendJournalRecord(g.block, rec.Anchor, pr.segno, pr.offset, frame)
 
-	g.scratch = indexRecordTo(g.batch, &g.versions, rec, pr.segno, pr.offset, pr.size, db.opts.InlineValueMax, g.scratch)
+	g.scratch = schema.RecordRows(g.batch, &g.versions, rec, pr.segno, pr.offset, pr.size, db.opts.InlineValueMax, g.scratch)
 
 	p.leaves = append(p.leaves, rec.Hash)
 	g.records++
 }
 
-func (db *DB) lookupIdem(anchor string, key []byte) (idemEntry, bool, error) {
-	v, closer, err := db.index.Get(idemKey(anchor, key))
+func (db *DB) lookupIdem(anchor string, key []byte) (schema.Idem, bool, error) {
+	v, closer, err := db.index.Get(schema.IdemKey(anchor, key))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return idemEntry{}, false, nil
+		return schema.Idem{}, false, nil
 	}
 	if err != nil {
-		return idemEntry{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read idempotency key")
+		return schema.Idem{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read idempotency key")
 	}
 	defer closer.Close()
-	e, err := decodeIdemEntry(v)
+	e, err := schema.DecodeIdem(v)
 	if err != nil {
 		return e, false, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q idempotency key", anchor)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -63,7 +64,7 @@ func TestGroupJournalBlockIsBounded(t *testing.T) {
 			if int64(len(b.Payload)) > maxGroupJournalBytes+4 {
 				t.Errorf("a journal block of %d bytes; the bound is %d", len(b.Payload), maxGroupJournalBytes)
 			}
-			return decodeJournalBlock(b.Payload, func(journalRecord) error { records++; return nil })
+			return schema.DecodeJournalBlock(b.Payload, func(schema.JournalRecord) error { records++; return nil })
 		}); err != nil {
 			t.Fatal(err)
 		}

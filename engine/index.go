@@ -10,7 +10,6 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -110,10 +109,16 @@ func (db *DB) openIndex() (err error) {
 			}
 		}}
 	po.EnsureDefaults()
+	if db.opts.indexFiles > 0 {
+		po.MaxOpenFiles = db.opts.indexFiles // the descriptor budget (fdbudget.go)
+	}
 	if db.opts.PebbleOptions != nil {
 		db.opts.PebbleOptions(po)
 	}
 	po.FS, po.Logger, po.DisableWAL = db.fs, pebbleLogger{l: db.opts.Logger, db: db}, true
+	if db.ro != nil {
+		db.readOnlyPebble(po)
+	}
 	db.pebbleOpts = po
 	if r := db.retry; r != nil {
 		where := "it was moved to " + r.aside
@@ -305,50 +310,6 @@ func (db *DB) moveIndexAside(path string) (string, error) {
 		return "", err
 	}
 	return aside, nil
-}
-
-// indexVersion writes the 'k' row of a put or delete stored at (segno,
-// offset) with the given frame size.
-func indexVersion(b rowSetter, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
-	ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time, Hash: rec.Hash, Segno: segno, Offset: offset, Size: uint32(size)}
-	if rec.Type == segment.TypeDelete {
-		ve.Type = verDelete
-	} else if len(rec.Value) <= inlineMax {
-		ve.Inline, ve.Value = true, rec.Value
-	}
-	scratch = ve.encode(scratch[:0])
-	_ = b.Set(versionKey(rec.Key, rec.Counter, rec.Anchor), scratch, nil)
-	return scratch
-}
-
-// indexRecord writes the 's', 'k' and 'i' rows of a record stored at
-// (segno, offset) with the given frame size. It is the one definition of what
-// the index holds per record, shared by commits, adoption at recovery and
-// full rebuilds. scratch is reused and returned.
-func indexRecord(b *pebble.Batch, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
-	return indexRecordTo(b, b, rec, segno, offset, size, inlineMax, scratch)
-}
-
-// rowSetter takes index rows: a batch, or a group's versionRows.
-type rowSetter interface {
-	Set(key, value []byte, opts *pebble.WriteOptions) error
-}
-
-// indexRecordTo is indexRecord with the 'k' row going to versions.
-func indexRecordTo(b *pebble.Batch, versions rowSetter, rec *segment.Record, segno uint64, offset int64, size int, inlineMax int, scratch []byte) []byte {
-	se := seqEntry{Segno: segno, Offset: offset, Size: uint32(size), Counter: rec.Counter, Hash: rec.Hash}
-	scratch = se.encode(scratch[:0])
-	_ = b.Set(seqKey(rec.Anchor, rec.Seq), scratch, nil)
-	if rec.IsKV() {
-		scratch = indexVersion(versions, rec, segno, offset, size, inlineMax, scratch)
-	}
-	if len(rec.IdempotencyKey) > 0 {
-		ie := idemEntry{Seq: rec.Seq, Counter: rec.Counter, Hash: rec.Hash,
-			Fingerprint: segment.Fingerprint(rec.Type, rec.Key, rec.Value)}
-		scratch = ie.encode(scratch[:0])
-		_ = b.Set(idemKey(rec.Anchor, rec.IdempotencyKey), scratch, nil)
-	}
-	return scratch
 }
 
 func oserrorIsNotExist(err error) bool { return os.IsNotExist(err) || errorsIsNotExist(err) }

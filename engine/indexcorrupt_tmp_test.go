@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -17,11 +18,11 @@ func TestIndexCorruptMarkerTmpRemoved(t *testing.T) {
 	var clone *vfs.MemFS
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if op.Kind == errorfs.OpRename && strings.HasSuffix(op.Path, IndexCorruptMarker+".tmp") && clone == nil {
-			clone = crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+			clone = testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 		}
 		return nil
 	})
-	fs := errorfs.Wrap(lockOrdered(mem), inj)
+	fs := errorfs.Wrap(testutil.LockOrdered(mem), inj)
 	db := mustOpen(t, fs, crashOptions(fs, false))
 	raiseCorruption(db)
 	_ = db.Close()

@@ -7,80 +7,12 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
-	"github.com/cockroachdb/errors/oserror"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // An index that is lost, behind or ahead of the segments.
-
-// copyTree copies the subtree src of from into dst of to (MemFS to MemFS).
-// The source may be the index of an open database, whose flushes and
-// compactions remove tables while the copy lists and reads them: a copy
-// that met a file gone between the listing and the read is not a copy of
-// any one moment, so it is taken again.
-func copyTree(t testing.TB, from vfs.FS, src string, to vfs.FS, dst string) {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		files := map[string][]byte{}
-		vanished, err := collectTree(from, src, "", files)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if vanished && attempt < 100 {
-			continue
-		}
-		if vanished {
-			t.Fatalf("%s kept changing under 100 copies", src)
-		}
-		if err := to.MkdirAll(dst, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for rel, data := range files {
-			dp := to.PathJoin(dst, rel)
-			if err := to.MkdirAll(to.PathDir(dp), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			writeMemFile(to, dp, data)
-		}
-		return
-	}
-}
-
-// collectTree reads every file under src into files, keyed by its path
-// below src; vanished reports a file listed but gone when read.
-func collectTree(from vfs.FS, src, rel string, files map[string][]byte) (vanished bool, err error) {
-	dir := from.PathJoin(src, rel)
-	names, err := from.List(dir)
-	if err != nil {
-		return false, err
-	}
-	for _, n := range names {
-		r := from.PathJoin(rel, n)
-		st, err := from.Stat(from.PathJoin(src, r))
-		if errors.Is(err, oserror.ErrNotExist) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if st.IsDir() {
-			if v, err := collectTree(from, src, r, files); v || err != nil {
-				return v, err
-			}
-			continue
-		}
-		data, err := readMemFile(from, from.PathJoin(src, r))
-		if errors.Is(err, oserror.ErrNotExist) {
-			return true, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		files[r] = data
-	}
-	return false, nil
-}
 
 func TestIndexLostOrStale(t *testing.T) {
 	ctx := context.Background()
@@ -128,12 +60,16 @@ func TestIndexLostOrStale(t *testing.T) {
 		acks := &ackLog{}
 		build(t, mem, acks, 10, "a")
 		old := vfs.NewMem()
-		copyTree(t, mem, "db/"+IndexDir, old, "index")
+		if err := testutil.CopyTree(mem, "db/"+IndexDir, old, "index"); err != nil {
+			t.Fatal(err)
+		}
 		build(t, mem, acks, 12, "b")
 		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
 			t.Fatal(err)
 		}
-		copyTree(t, old, "index", mem, "db/"+IndexDir)
+		if err := testutil.CopyTree(old, "index", mem, "db/"+IndexDir); err != nil {
+			t.Fatal(err)
+		}
 
 		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
 		if err != nil {
@@ -181,7 +117,9 @@ func TestIndexLostOrStale(t *testing.T) {
 			t.Fatal(err)
 		}
 		old := vfs.NewMem()
-		copyTree(t, mem, "db/"+IndexDir, old, "index")
+		if err := testutil.CopyTree(mem, "db/"+IndexDir, old, "index"); err != nil {
+			t.Fatal(err)
+		}
 		if err := workload(ctx, db, 3, 10, acks); err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +130,9 @@ func TestIndexLostOrStale(t *testing.T) {
 		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
 			t.Fatal(err)
 		}
-		copyTree(t, old, "index", mem, "db/"+IndexDir)
+		if err := testutil.CopyTree(old, "index", mem, "db/"+IndexDir); err != nil {
+			t.Fatal(err)
+		}
 
 		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
 		if err != nil {
@@ -231,7 +171,9 @@ func TestIndexLostOrStale(t *testing.T) {
 			t.Fatal(err)
 		}
 		old := vfs.NewMem()
-		copyTree(t, mem, "db/"+IndexDir, old, "index")
+		if err := testutil.CopyTree(mem, "db/"+IndexDir, old, "index"); err != nil {
+			t.Fatal(err)
+		}
 		put(db, "x", 20)
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
@@ -244,8 +186,10 @@ func TestIndexLostOrStale(t *testing.T) {
 		if err := mem.RemoveAll("db/" + IndexDir); err != nil {
 			t.Fatal(err)
 		}
-		copyTree(t, old, "index", mem, "db/"+IndexDir)
-		segs := segmentFiles(t, mem, "db", "x")
+		if err := testutil.CopyTree(old, "index", mem, "db/"+IndexDir); err != nil {
+			t.Fatal(err)
+		}
+		segs := testutil.SegmentFiles(t, mem, "db", "x")
 		newest := segs[len(segs)-1]
 		_, offs, _ := frames(t, mem, newest)
 		if len(offs) < 6 {
@@ -286,7 +230,7 @@ func TestIndexLostOrStale(t *testing.T) {
 		mem := vfs.NewMem()
 		acks := &ackLog{}
 		build(t, mem, acks, 10, "a")
-		segs := segmentFiles(t, mem, "db", "stale/a")
+		segs := testutil.SegmentFiles(t, mem, "db", "stale/a")
 		last := segs[len(segs)-1]
 		_, offs, _ := frames(t, mem, last)
 		if len(offs) < 2 {
@@ -328,7 +272,7 @@ func TestIndexLostOrStale(t *testing.T) {
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
 		}
-		segs = segmentFiles(t, mem, "db", "stale/a")
+		segs = testutil.SegmentFiles(t, mem, "db", "stale/a")
 		if err := scanError(mem, segs[len(segs)-1]); err != nil {
 			t.Fatalf("append %+v after the index ran ahead left a segment that does not scan: %v", r, err)
 		}
@@ -370,12 +314,16 @@ func TestStaleIndexCatchesUpTheAuditHead(t *testing.T) {
 	}
 	session()
 	old := vfs.NewMem()
-	copyTree(t, mem, "db/"+IndexDir, old, "index")
+	if err := testutil.CopyTree(mem, "db/"+IndexDir, old, "index"); err != nil {
+		t.Fatal(err)
+	}
 	session()
 	if err := mem.RemoveAll("db/" + IndexDir); err != nil {
 		t.Fatal(err)
 	}
-	copyTree(t, old, "index", mem, "db/"+IndexDir)
+	if err := testutil.CopyTree(old, "index", mem, "db/"+IndexDir); err != nil {
+		t.Fatal(err)
+	}
 
 	db, err := Open("db", opts)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -28,11 +29,11 @@ func TestIndexRetryKeepsDamage(t *testing.T) {
 	if err := db.settle(); err != nil {
 		t.Fatal(err)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
-	segs := segmentFiles(t, crashed, "db", "a")
+	segs := testutil.SegmentFiles(t, crashed, "db", "a")
 	newest := segs[len(segs)-1]
-	data, err := readMemFile(crashed, newest)
+	data, err := testutil.ReadFile(crashed, newest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestIndexRetryKeepsDamage(t *testing.T) {
 	for cut > 0 && len(data)-cut < 40 {
 		cut--
 	}
-	writeMemFile(crashed, newest, data[:cut])
+	testutil.WriteFile(crashed, newest, data[:cut])
 
 	damaged := func(db *DB) bool {
 		for _, ev := range db.RecoveryReport().Events {
@@ -51,7 +52,7 @@ func TestIndexRetryKeepsDamage(t *testing.T) {
 		}
 		return false
 	}
-	plain := crashClone(crashed, vfs.CrashCloneCfg{})
+	plain := testutil.CrashClone(crashed, vfs.CrashCloneCfg{})
 	db = mustOpen(t, plain, crashOptions(plain, false))
 	if !damaged(db) {
 		t.Fatalf("scenario: no damage without the retry: %v", db.RecoveryReport().Events)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -33,7 +34,7 @@ func TestIndexRetryGateHoldsAfterServeError(t *testing.T) {
 		}
 		return nil
 	})
-	fs := &closeHookFS{FS: errorfs.Wrap(lockOrdered(mem), inj), onClose: func(name string) {
+	fs := &closeHookFS{FS: errorfs.Wrap(testutil.LockOrdered(mem), inj), onClose: func(name string) {
 		if strings.HasPrefix(name, "db/journal/") && phase.CompareAndSwap(1, 2) {
 			(*handler.Load())(info) // the first try failing, index not yet closed
 		}

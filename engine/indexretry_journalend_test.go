@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -25,7 +26,7 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	gens, err := journal.List(crashed, "db/journal")
 	if err != nil || len(gens) == 0 {
@@ -35,7 +36,7 @@ func TestIndexRetryKeepsJournalEnd(t *testing.T) {
 	patchFile(t, crashed, newest, func(b []byte) []byte { return b[:len(b)-3] })
 
 	// Without the gate: the report names the torn journal.
-	plain := crashClone(crashed, vfs.CrashCloneCfg{})
+	plain := testutil.CrashClone(crashed, vfs.CrashCloneCfg{})
 	db = mustOpen(t, plain, crashOptions(plain, false))
 	has := func(db *DB, kind string) bool {
 		for _, ev := range db.RecoveryReport().Events {

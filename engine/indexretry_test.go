@@ -14,6 +14,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -94,7 +95,7 @@ func TestIndexMoveAsideFailureIsIO(t *testing.T) {
 		}
 		return nil
 	})
-	_, err := Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), inj), false))
+	_, err := Open("db", crashOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj), false))
 	if !errors.Is(err, failed) {
 		t.Fatalf("want the rename failure, got %v", err)
 	}
@@ -237,7 +238,7 @@ func TestIndexRetryReportsFirstTryCuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	db = mustOpen(t, mem, crashOptions(mem, false))
-	unclean := crashClone(mem, vfs.CrashCloneCfg{})
+	unclean := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 
 	// The anchor recovery reconciles first gets a torn tail (2 bytes), so
@@ -245,7 +246,7 @@ func TestIndexRetryReportsFirstTryCuts(t *testing.T) {
 	sort.Slice(anchors, func(i, j int) bool {
 		return segment.AnchorDir(unclean, "db", anchors[i]) < segment.AnchorDir(unclean, "db", anchors[j])
 	})
-	segs := segmentFiles(t, unclean, "db", anchors[0])
+	segs := testutil.SegmentFiles(t, unclean, "db", anchors[0])
 	newest := segs[len(segs)-1]
 	patchFile(t, unclean, newest, func(b []byte) []byte { return append(b, 0x01, 0x02) })
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -61,14 +62,14 @@ func TestUnreadableIndexIsRebuilt(t *testing.T) {
 			}
 		}},
 		{"manifest corrupt", func(mem *vfs.MemFS, manifest string) {
-			data, err := readMemFile(mem, manifest)
+			data, err := testutil.ReadFile(mem, manifest)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range data {
 				data[i] ^= 0x5A
 			}
-			writeMemFile(mem, manifest, data)
+			testutil.WriteFile(mem, manifest, data)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -117,7 +118,7 @@ func TestIndexIOErrorIsNotUnreadable(t *testing.T) {
 		}
 		return nil
 	})
-	_, err := Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), inj), false))
+	_, err := Open("db", crashOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj), false))
 	if err == nil || CodeOf(err) != errs.CodeWriteFailed || !errors.Is(err, failed) {
 		t.Fatalf("open with a failing index read: want IO_001 wrapping the failure, got %v", err)
 	}
@@ -148,14 +149,14 @@ func spoilTables(t *testing.T, mem *vfs.MemFS) {
 			continue
 		}
 		p := mem.PathJoin("db/index", n)
-		data, err := readMemFile(mem, p)
+		data, err := testutil.ReadFile(mem, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := 100; i < len(data)/2; i += 7 {
 			data[i] ^= 0xFF
 		}
-		writeMemFile(mem, p, data)
+		testutil.WriteFile(mem, p, data)
 		spoiled++
 	}
 	if spoiled == 0 {
@@ -282,7 +283,7 @@ func TestCorruptIndexBlock(t *testing.T) {
 			}
 			return nil
 		})
-		fs := errorfs.Wrap(lockOrdered(mem), inj)
+		fs := errorfs.Wrap(testutil.LockOrdered(mem), inj)
 		db := mustOpen(t, fs, crashOptions(fs, false))
 		defer db.Close()
 		raiseCorruption(db)

@@ -282,7 +282,7 @@ func (db *DB) checkJoin(ctx context.Context, s *sourceAnchor, had uint64, info A
 	}); err != nil && !errors.Is(err, errStopScan) {
 		return err
 	}
-	ours, ok, err := db.seqEntry(s.id, at)
+	ours, ok, err := db.location(s.id, at)
 	if err != nil {
 		return err
 	}
@@ -597,7 +597,7 @@ func (db *DB) nextHeld(s *sourceAnchor, sc *segment.Scanner, err error) (segment
 	if !errors.As(err, &fe) || fe.Kind != segment.OverLimit || fe.Seq > s.had {
 		return segment.Frame{}, err
 	}
-	ours, ok, lerr := db.seqEntry(s.id, fe.Seq)
+	ours, ok, lerr := db.location(s.id, fe.Seq)
 	if lerr != nil {
 		return segment.Frame{}, lerr
 	}

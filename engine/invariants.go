@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -37,7 +38,7 @@ func (db *DB) checkBuiltGroup(g *group) {
 		tips[p.a.id] = &tip{seq: p.a.head, hash: p.a.headHash, counter: p.a.lastCounter}
 	}
 	n := 0
-	err := decodeJournalBlock(g.block[journal.HeaderSize:], func(r journalRecord) error {
+	err := schema.DecodeJournalBlock(g.block[journal.HeaderSize:], func(r schema.JournalRecord) error {
 		n++
 		p, t := pending[r.Anchor], tips[r.Anchor]
 		if p == nil {
@@ -126,14 +127,14 @@ func (db *DB) checkAppliedGroups(groups []*group) {
 		if p.head == 0 {
 			continue
 		}
-		v, closer, err := db.index.Get(seqKey(a.id, p.head))
+		v, closer, err := db.index.Get(schema.SeqKey(a.id, p.head))
 		if errors.Is(err, pebble.ErrNotFound) {
 			panic(fmt.Sprintf("anchordb invariant: anchor %q: no index row for its head seq %d", a.id, p.head))
 		}
 		if err != nil {
 			continue // an I/O failure is the engine's to report, not an invariant
 		}
-		e, derr := decodeSeqEntry(v)
+		e, derr := schema.DecodeLocation(v)
 		_ = closer.Close()
 		if derr != nil || e.Hash != p.headHash {
 			panic(fmt.Sprintf("anchordb invariant: anchor %q: the index row of head seq %d does not name its hash (%v)", a.id, p.head, derr))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -33,7 +34,7 @@ func TestRecoveryJournalReadErrors(t *testing.T) {
 	if err := workload(ctx, db, 1, 14, acks); err != nil {
 		t.Fatal(err)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(5)})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(5)})
 	_ = db.Close()
 	acked := acks.snapshot()
 
@@ -43,7 +44,7 @@ func TestRecoveryJournalReadErrors(t *testing.T) {
 		if i == 1000 {
 			t.Fatal("recovery still reads the journal after 1000 operations")
 		}
-		state := crashClone(crashed, vfs.CrashCloneCfg{})
+		state := testutil.CrashClone(crashed, vfs.CrashCloneCfg{})
 		rec := &recordingInjector{Injector: errorfs.ErrInjected.If(errorfs.And(isJournalRead, errorfs.OnIndex(int32(i))))}
 		db, err := Open("db", Options{FS: errorfs.Wrap(state, rec), SegmentSize: 4096})
 		op := rec.fired.Load()

@@ -7,6 +7,7 @@ import (
 
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -40,7 +41,7 @@ func TestJournalPreallocation(t *testing.T) {
 	if want := end + journal.DefaultPrealloc/64/2; size < want {
 		t.Fatalf("journal file is %d bytes with blocks to %d; want at least %d", size, end, want)
 	}
-	crashed := crashClone(fs, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(fs, vfs.CrashCloneCfg{})
 	_ = db.Close()
 
 	db = mustOpen(t, crashed, memOpts(crashed))

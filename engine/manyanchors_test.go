@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -28,7 +29,7 @@ func TestManyAnchorsFewFiles(t *testing.T) {
 	segRoot := filepath.Join(dir, "db", segment.AnchorsDir)
 	// Few descriptors to go round: if the engine held one per anchor, it
 	// would run out long before 2,000.
-	defer lowerFDLimit(t, 64)()
+	defer testutil.LowerFDLimit(t, 64)()
 	opts := Options{FS: vfs.Default, FileCacheSize: cache, SegmentSize: 8192}
 	valueLen := []int{100, 5000} // the second is not kept inline in the index
 	db, err := Open(filepath.Join(dir, "db"), opts)
@@ -50,7 +51,7 @@ func TestManyAnchorsFewFiles(t *testing.T) {
 				return
 			case <-time.After(2 * time.Millisecond):
 			}
-			if n, ok := openSegmentFDs(segRoot); ok && int64(n) > maxFDs.Load() {
+			if n, ok := testutil.OpenSegmentFDs(segRoot); ok && int64(n) > maxFDs.Load() {
 				maxFDs.Store(int64(n))
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
@@ -208,7 +209,7 @@ func (db *DB) merged(ctx context.Context, opts MergedOptions, mode truncatedMode
 // a compaction since the read began (STATE_003: the read cannot go on), or
 // missing from the index (INT_002).
 func (s *logSource) gap(from, to uint64) error {
-	if row, ok, err := s.db.seqEntry(s.anchor, from); err == nil && ok && row.Size == 0 {
+	if row, ok, err := s.db.location(s.anchor, from); err == nil && ok && row.Size == 0 {
 		e := errs.New(errs.CodeDependencyMissing, "anchor %q: records %d..%d were truncated by a compaction while this read ran", s.anchor, from, to)
 		e.Anchor, e.Seq = s.anchor, from
 		return e
@@ -361,11 +362,11 @@ func (db *DB) GetAt(ctx context.Context, key []byte, f merge.Frontier) (Version,
 		if err := ctx.Err(); err != nil {
 			return Version{}, err
 		}
-		_, _, anchor, err := parseVersionKey(it.Key())
+		_, _, anchor, err := schema.ParseVersionKey(it.Key())
 		if err != nil {
 			return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index")
 		}
-		ve, err := decodeVersionEntry(it.Value())
+		ve, err := schema.DecodeVersion(it.Value())
 		if err != nil {
 			return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
 		}

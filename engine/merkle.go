@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -48,9 +49,9 @@ func (s nodeStore) Nodes(ctx context.Context, level uint, begin, end uint64) ([]
 	var lower, upper []byte
 	switch {
 	case level == 0:
-		lower, upper = seqKey(s.anchor, begin+1), seqKey(s.anchor, end+1)
+		lower, upper = schema.SeqKey(s.anchor, begin+1), schema.SeqKey(s.anchor, end+1)
 	case storedNodeLevel(level):
-		lower, upper = nodeKey(s.anchor, uint8(level), begin), nodeKey(s.anchor, uint8(level), end)
+		lower, upper = schema.NodeKey(s.anchor, uint8(level), begin), schema.NodeKey(s.anchor, uint8(level), end)
 	default:
 		return nil, errs.New(errs.CodeInvalidInput, "tree level %d is not stored", level)
 	}
@@ -77,7 +78,7 @@ func (s nodeStore) Nodes(ctx context.Context, level uint, begin, end uint64) ([]
 			return nil, errs.New(errs.CodeIndexMismatch, "anchor %q: tree node level %d index %d missing from the index", s.anchor, level, want)
 		}
 		if level == 0 {
-			e, err := decodeSeqEntry(it.Value())
+			e, err := schema.DecodeLocation(it.Value())
 			if err != nil {
 				return nil, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", s.anchor, idx+1)
 			}
@@ -115,6 +116,6 @@ type treeAppender struct {
 
 func (t treeAppender) visit(id compact.NodeID, hash []byte) {
 	if storedNodeLevel(id.Level) {
-		_ = t.batch.Set(nodeKey(t.anchor, uint8(id.Level), id.Index), hash, nil)
+		_ = t.batch.Set(schema.NodeKey(t.anchor, uint8(id.Level), id.Index), hash, nil)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -27,13 +28,13 @@ func TestProofRefusesAMalformedTreeKey(t *testing.T) {
 	if _, err := db.ProveInclusion(ctx, "a", 1, 3); err != nil {
 		t.Fatal(err)
 	}
-	v, closer, err := db.index.Get(seqKey("a", 2))
+	v, closer, err := db.index.Get(schema.SeqKey("a", 2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	row := append([]byte(nil), v...)
 	_ = closer.Close()
-	forged := append(seqKey("a", 1), seqKey("a", 2)[len(seqKey("a", 2))-8:]...)
+	forged := append(schema.SeqKey("a", 1), schema.SeqKey("a", 2)[len(schema.SeqKey("a", 2))-8:]...)
 	if err := db.index.Set(forged, row, pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,9 @@ type Metrics struct {
 	Settles       uint64   `json:"settles"`        // settles completed
 	Duplicates    uint64   `json:"duplicates"`     // appends answered with an original receipt
 	Refusals      Refusals `json:"refusals"`       // appends refused by admission, by code
+	// DescriptorWaits counts the tries of an open that found no file
+	// descriptor free (EMFILE) and waited for one (fdbudget.go).
+	DescriptorWaits uint64 `json:"descriptor_waits"`
 	// Records per commit group and journal fdatasync latency, as
 	// percentiles of power-of-two buckets (the value is the bucket's upper
 	// bound, so p99 = 64 means 33–64).
@@ -29,6 +32,7 @@ type Metrics struct {
 
 type metrics struct {
 	groups, records, journalSyncs, journalBytes, segmentWrites, seals, settles, duplicates atomic.Uint64
+	fdWaits                                                                                atomic.Uint64
 	groupRecords, syncMicros                                                               histogram
 }
 
@@ -71,7 +75,7 @@ func (db *DB) Metrics() Metrics {
 		Groups: m.groups.Load(), Records: m.records.Load(),
 		JournalSyncs: m.journalSyncs.Load(), JournalBytes: m.journalBytes.Load(),
 		SegmentWrites: m.segmentWrites.Load(), Seals: m.seals.Load(), Settles: m.settles.Load(),
-		Duplicates: m.duplicates.Load(), Refusals: db.adm.refusals(),
+		Duplicates: m.duplicates.Load(), Refusals: db.adm.refusals(), DescriptorWaits: m.fdWaits.Load(),
 		GroupRecordsP50: m.groupRecords.quantile(0.5), GroupRecordsP99: m.groupRecords.quantile(0.99),
 		SyncLatencyP50: time.Duration(m.syncMicros.quantile(0.5)) * time.Microsecond,
 		SyncLatencyP99: time.Duration(m.syncMicros.quantile(0.99)) * time.Microsecond,

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -673,7 +674,7 @@ func (mm *modelMachine) CrashReopen(t *rapid.T) {
 		mm.logf("sync")
 	}
 	mm.unsynced = false
-	clone := crashClone(mm.mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	clone := testutil.CrashClone(mm.mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 	// The old process is gone: release it without letting it touch the clone.
 	_ = mm.db.Close()
 	mm.mem = clone

@@ -19,6 +19,23 @@ type Options struct {
 	// Default vfs.Default.
 	FS vfs.FS
 
+	// ReadOnly opens an existing database without the write lock, writing
+	// nothing at all: no lock file, journal, recovery, index write, id file
+	// or damage mark. Appends and every other write are refused (IO_001,
+	// errors.Is(err, ErrReadOnly)). When dir/LOCK exists a shared lock is
+	// held on it, so no process opens the database for writing meanwhile.
+	// Every read works when the index is current (the database was closed
+	// cleanly). When it cannot be used — another process has the database
+	// open for writing, or it was not closed cleanly and only a writer's
+	// recovery would bring the index up to date — the database is read
+	// from its files alone: Verify, Log, Record, ProveInclusion,
+	// ProveConsistency, AnchorRoot, ProveRecord and the stored checkpoints
+	// work, seeing a consistent prefix of each anchor, and the reads that
+	// need the index are refused (STATE_001 naming the writer's pid,
+	// STATE_003 otherwise); IndexUnavailable says why. See
+	// docs/RELIABILITY.md, "Reading without the write lock".
+	ReadOnly bool
+
 	// NoSync makes appends return once the commit group's journal block has
 	// been written to the OS, without waiting for an fsync. A process kill
 	// loses nothing acknowledged; a power loss can lose the appends since the
@@ -36,8 +53,17 @@ type Options struct {
 	Limits segment.Limits
 
 	// FileCacheSize bounds the segment files held open at once, so 100,000
-	// anchors never need 100,000 descriptors. Default 256.
+	// anchors never need 100,000 descriptors. Default: cut from the
+	// process's descriptor limit (RLIMIT_NOFILE) after a reserve for the
+	// rest of the process (an eighth, at least 48) and the index's share (a
+	// quarter of the remainder, 74 to 1,000, which also bounds Pebble's
+	// MaxOpenFiles): what is left, 4 to 1,024 files (134 under a limit of
+	// 256; 256 when the limit cannot be read). See docs/PERFORMANCE.md.
 	FileCacheSize int
+
+	// indexFiles is Pebble's MaxOpenFiles, from the same budget (0: Pebble's
+	// default).
+	indexFiles int
 
 	// InlineValueMax is the largest value the index keeps inline so Get never
 	// reads a segment; larger values are read from their segment. Default 4 KiB.
@@ -123,8 +149,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Limits == (segment.Limits{}) {
 		o.Limits = segment.DefaultLimits()
 	}
-	if o.FileCacheSize == 0 {
-		o.FileCacheSize = 256
+	if o.FileCacheSize == 0 || o.indexFiles == 0 {
+		files, index := fdBudget(descriptorLimit())
+		if o.FileCacheSize == 0 {
+			o.FileCacheSize = files
+		}
+		if o.indexFiles == 0 {
+			o.indexFiles = index
+		}
 	}
 	if o.InlineValueMax == 0 {
 		o.InlineValueMax = 4 << 10

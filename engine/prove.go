@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -73,14 +74,14 @@ func (t *treeReader) leaf(ctx context.Context, seq uint64) (segment.Hash, error)
 	if err := ctx.Err(); err != nil {
 		return segment.Hash{}, err
 	}
-	v, closer, err := t.snap.Get(seqKey(t.anchor, seq))
+	v, closer, err := t.snap.Get(schema.SeqKey(t.anchor, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return segment.Hash{}, errs.New(errs.CodeIndexMismatch, "anchor %q: no index row for seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
 	}
 	if err != nil {
 		return segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
-	e, err := decodeSeqEntry(v)
+	e, err := schema.DecodeLocation(v)
 	closer.Close()
 	if err != nil {
 		return segment.Hash{}, errs.Wrap(errs.CodeIndexMismatch, err, "anchor %q seq %d", t.anchor, seq).At(t.anchor, seq, "", 0)
@@ -119,6 +120,9 @@ func (t *treeReader) sameAsMemory(size uint64, root segment.Hash) error {
 // index. An unknown anchor, a size beyond the anchor's or a
 // seq beyond the size is STATE_003; seq 0 or a bad anchor id INPUT_001.
 func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint64) (*proof.InclusionProof, error) {
+	if db.filesOnly() {
+		return db.fileProveInclusion(ctx, anchor, seq, size) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return nil, err
 	}
@@ -156,6 +160,9 @@ func (db *DB) ProveInclusion(ctx context.Context, anchor string, seq, size uint6
 // both roots, in the SPEC §10 shape. oldSize > newSize is INPUT_001; an
 // unknown anchor or a size beyond the anchor's STATE_003.
 func (db *DB) ProveConsistency(ctx context.Context, anchor string, oldSize, newSize uint64) (*proof.ConsistencyProof, error) {
+	if db.filesOnly() {
+		return db.fileProveConsistency(ctx, anchor, oldSize, newSize) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return nil, err
 	}
@@ -186,6 +193,9 @@ func (db *DB) ProveConsistency(ctx context.Context, anchor string, oldSize, newS
 // an older one from the index. An unknown anchor or a size beyond the
 // anchor's is STATE_003.
 func (db *DB) AnchorRoot(ctx context.Context, anchor string, size uint64) (segment.Hash, uint64, error) {
+	if db.filesOnly() {
+		return db.fileAnchorRoot(ctx, anchor, size) // a read-only open without the index
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return segment.Hash{}, 0, err
 	}

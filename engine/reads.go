@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -133,7 +134,7 @@ func (db *DB) versionRows(r pebble.Reader, key []byte) (*pebble.Iterator, error)
 	if len(key) == 0 || len(key) > db.opts.Limits.MaxKey {
 		return nil, errs.New(errs.CodeInvalidInput, "key is %d bytes (must be 1..%d)", len(key), db.opts.Limits.MaxKey)
 	}
-	lower := keyPrefix(key)
+	lower := schema.KeyPrefix(key)
 	upper := append(lower[:len(lower)-1:len(lower)-1], 2)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -145,15 +146,15 @@ func (db *DB) versionRows(r pebble.Reader, key []byte) (*pebble.Iterator, error)
 // decodeVersion turns a 'k' row into a Version, reading the value from its
 // segment when it is not inline.
 func (db *DB) decodeVersion(ctx context.Context, k, v []byte) (Version, error) {
-	key, counter, anchor, err := parseVersionKey(k)
+	key, counter, anchor, err := schema.ParseVersionKey(k)
 	if err != nil {
 		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index")
 	}
-	ve, err := decodeVersionEntry(v)
+	ve, err := schema.DecodeVersion(v)
 	if err != nil {
 		return Version{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key)
 	}
-	out := Version{Key: key, Deleted: ve.Type == verDelete, Time: recordTime(ve.Time),
+	out := Version{Key: key, Deleted: ve.Type == schema.VersionDelete, Time: recordTime(ve.Time),
 		Receipt: Receipt{Anchor: anchor, Seq: ve.Seq, Counter: counter, Hash: ve.Hash}}
 	switch {
 	case out.Deleted:
@@ -193,12 +194,12 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[Record, error] 
 				yield(Record{}, err)
 				return
 			}
-			_, counter, anchor, err := parseVersionKey(it.Key())
+			_, counter, anchor, err := schema.ParseVersionKey(it.Key())
 			if err != nil {
 				yield(Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
 				return
 			}
-			ve, err := decodeVersionEntry(it.Value())
+			ve, err := schema.DecodeVersion(it.Value())
 			if err != nil {
 				yield(Record{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
 				return
@@ -210,7 +211,7 @@ func (db *DB) History(ctx context.Context, key []byte) iter.Seq2[Record, error] 
 				// holds. PrevHash and IdempotencyKey are unknown (zero).
 				rec, err = segment.Record{Anchor: anchor, Seq: ve.Seq, Counter: counter, Time: ve.Time,
 					Type: segment.TypePut, Key: append([]byte(nil), key...), Value: append([]byte(nil), ve.Value...), Hash: ve.Hash}, nil
-				if ve.Type == verDelete {
+				if ve.Type == schema.VersionDelete {
 					rec.Type, rec.Value = segment.TypeDelete, nil
 				}
 			}
@@ -262,18 +263,14 @@ func (db *DB) Versions(ctx context.Context, key []byte) iter.Seq2[Version, error
 // Scan returns the live keys that start with prefix, in byte order, with
 // their latest values. An empty prefix scans everything.
 func (db *DB) Scan(ctx context.Context, prefix []byte) iter.Seq2[Version, error] {
-	lower, upper := scanBounds(prefix)
+	lower, upper := schema.ScanBounds(prefix)
 	return db.scan(ctx, lower, upper)
 }
 
 // ScanRange returns the live keys in [start, end) in byte order; a nil end
 // means no upper bound.
 func (db *DB) ScanRange(ctx context.Context, start, end []byte) iter.Seq2[Version, error] {
-	lower := appendEscaped([]byte{tagKey}, start)
-	upper := []byte{tagKey + 1}
-	if end != nil {
-		upper = appendEscaped([]byte{tagKey}, end)
-	}
+	lower, upper := schema.RangeBounds(start, end)
 	return db.scan(ctx, lower, upper)
 }
 
@@ -304,7 +301,7 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 				return
 			}
 			// Skip the older versions of this key.
-			ok = nextKey(it, appendPastVersions(nil, v.Key))
+			ok = schema.NextKey(it, schema.AppendPastVersions(nil, v.Key))
 		}
 		if err := it.Error(); err != nil {
 			yield(Version{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
@@ -316,6 +313,13 @@ func (db *DB) scan(ctx context.Context, lower, upper []byte) iter.Seq2[Version, 
 // against its hash. A record a compaction removed is the copy it kept (a
 // key's last record in the removed segment), or STATE_003.
 func (db *DB) Record(ctx context.Context, anchor string, seq uint64) (Record, error) {
+	if db.filesOnly() {
+		rec, err := db.fileRecord(ctx, anchor, seq) // a read-only open without the index
+		if err != nil {
+			return Record{}, err
+		}
+		return newRecord(&rec), nil
+	}
 	if err := db.beginRead(ctx); err != nil {
 		return Record{}, err
 	}
@@ -334,7 +338,7 @@ func (db *DB) record(ctx context.Context, anchor string, seq uint64) (segment.Re
 	if err := segment.ValidateAnchorID(anchor); err != nil {
 		return segment.Record{}, err
 	}
-	e, ok, err := db.seqEntry(anchor, seq)
+	e, ok, err := db.location(anchor, seq)
 	if err != nil {
 		return segment.Record{}, err
 	}
@@ -356,6 +360,16 @@ func (db *DB) record(ctx context.Context, anchor string, seq uint64) (segment.Re
 // after the run. An anchor the database does not hold is STATE_003.
 func (db *DB) Log(ctx context.Context, anchor string, from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
+		if db.filesOnly() {
+			// A read-only open without the index.
+			db.fileLog(ctx, anchor, from, to, func(rec segment.Record, err error) bool {
+				if err != nil {
+					return yield(Record{}, err)
+				}
+				return yield(newRecord(&rec), nil)
+			})
+			return
+		}
 		if err := db.beginRead(ctx); err != nil {
 			yield(Record{}, err)
 			return
@@ -457,17 +471,17 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 		return
 	}
 	from = max(from, 1)
-	prefix := anchorScoped(tagSeq, anchor)
-	upper := prefixEnd(prefix)
+	prefix := schema.AnchorPrefix(schema.TagSeq, anchor)
+	upper := schema.PrefixEnd(prefix)
 	if to != 0 {
 		if to < from {
 			return
 		}
 		if to < math.MaxUint64 { // to+1 would wrap to 0, below every row
-			upper = seqKey(anchor, to+1)
+			upper = schema.SeqKey(anchor, to+1)
 		}
 	}
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: seqKey(anchor, from), UpperBound: upper})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: schema.SeqKey(anchor, from), UpperBound: upper})
 	if err != nil {
 		yield(segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
 		return
@@ -486,7 +500,7 @@ func (db *DB) logRange(ctx context.Context, anchor string, from, to uint64, fr *
 		var rec segment.Record
 		switch {
 		case row.Size != 0:
-			rec, err = fr.read(row.seq, row.seqEntry)
+			rec, err = fr.read(row.seq, row.Location)
 			if mode != skipTruncated && errs.CodeOf(err) == errs.CodeDependencyMissing {
 				// Truncated since the row was read, and not kept.
 				rec, err = goneRecord(anchor, row), nil
@@ -518,10 +532,10 @@ func goneRecord(anchor string, row seqRow) segment.Record {
 // readVersionFrame reads the record of a version. A version row written by a
 // rebuild from a snapshot does not know where its record is (segno 0): the
 // record's own 's' row does.
-func (db *DB) readVersionFrame(ctx context.Context, anchor string, counter uint64, ve *versionEntry) (segment.Record, error) {
-	e := seqEntry{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash}
+func (db *DB) readVersionFrame(ctx context.Context, anchor string, counter uint64, ve *schema.Version) (segment.Record, error) {
+	e := schema.Location{Segno: ve.Segno, Offset: ve.Offset, Size: ve.Size, Counter: counter, Hash: ve.Hash}
 	if ve.Segno == 0 {
-		row, ok, err := db.seqEntry(anchor, ve.Seq)
+		row, ok, err := db.location(anchor, ve.Seq)
 		if err != nil {
 			return segment.Record{}, err
 		}
@@ -538,7 +552,7 @@ func (db *DB) readVersionFrame(ctx context.Context, anchor string, counter uint6
 // retained returns a record whose segment was truncated, if compaction kept
 // it (it was a key's newest version); otherwise STATE_003.
 func (db *DB) retained(anchor string, seq uint64, hash segment.Hash) (segment.Record, error) {
-	v, closer, err := db.index.Get(retainedKey(anchor, seq))
+	v, closer, err := db.index.Get(schema.KeptKey(anchor, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
 		e := errs.New(errs.CodeDependencyMissing, "record %d of anchor %q was truncated by compaction", seq, anchor)
 		e.Anchor, e.Seq = anchor, seq
@@ -562,7 +576,7 @@ func (db *DB) retained(anchor string, seq uint64, hash segment.Hash) (segment.Re
 // single record's neighbours are rarely wanted next (the versions of a key
 // lie in many anchors and segments), and reading ahead 256 KiB for each
 // made History and Get of out-of-line values cost a large read apiece.
-func (db *DB) readFrame(_ context.Context, anchor string, seq uint64, e seqEntry) (segment.Record, error) {
+func (db *DB) readFrame(_ context.Context, anchor string, seq uint64, e schema.Location) (segment.Record, error) {
 	fr := db.newFrameReader(anchor)
 	fr.readAhead = 0
 	defer fr.close()
@@ -601,7 +615,7 @@ func (r *frameReader) close() {
 	}
 }
 
-func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
+func (r *frameReader) read(seq uint64, e schema.Location) (segment.Record, error) {
 	if e.Size == 0 {
 		return r.db.retained(r.anchor, seq, e.Hash)
 	}
@@ -624,13 +638,16 @@ func (r *frameReader) read(seq uint64, e seqEntry) (segment.Record, error) {
 				// A compaction may have truncated the segment since the
 				// caller read the row: the row says so now, and the record
 				// is kept (a key's last version there) or gone (STATE_003).
-				if now, ok, lerr := r.db.seqEntry(r.anchor, seq); lerr == nil && ok && now.Size == 0 {
+				if now, ok, lerr := r.db.location(r.anchor, seq); lerr == nil && ok && now.Size == 0 {
 					return r.db.retained(r.anchor, seq, e.Hash)
 				}
 				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d is missing", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
 			}
 			if fsutil.IsEntryError(err) {
 				return segment.Record{}, errs.Wrap(errs.CodeChainBroken, err, "segment of anchor %q seq %d", r.anchor, seq).At(r.anchor, seq, path, e.Offset)
+			}
+			if isFDPressure(err) {
+				return segment.Record{}, fdReadRefusal(path, err) // retryable: no descriptor now
 			}
 			return segment.Record{}, errs.Wrap(errs.CodeWriteFailed, err, "open %s", path)
 		}

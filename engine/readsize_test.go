@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -26,12 +27,12 @@ func TestLogRowSizeAboveAnyFrame(t *testing.T) {
 	if err := db.awaitVisible(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e, ok, err := db.seqEntry("a", 2)
+	e, ok, err := db.location("a", 2)
 	if err != nil || !ok {
 		t.Fatalf("seq row: %v %v", ok, err)
 	}
 	e.Size = 1<<32 - 1
-	setRow(t, db, seqKey("a", 2), e.encode(nil))
+	setRow(t, db, schema.SeqKey("a", 2), e.Append(nil))
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -92,6 +92,9 @@ func RebuildIndexWith(ctx context.Context, dir string, opts Options, ro RebuildO
 	if !apply {
 		return plan, nil
 	}
+	if o.ReadOnly {
+		return plan, errs.Wrap(errs.CodeWriteFailed, ErrReadOnly, "rebuilding the index of %s writes it", dir)
+	}
 	lock, err := lockDir(fs, dir)
 	if err != nil {
 		return plan, err

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -59,7 +60,7 @@ func TestRebuildReportsDamageInsteadOfCuttingWholeRecords(t *testing.T) {
 			if !damaged && !fromSnapshot {
 				t.Fatalf("the rebuild did not report the damage: %+v", plan.Report)
 			}
-			after, err := tamperRead(fs, seg)
+			after, err := testutil.ReadFile(fs, seg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,8 +92,8 @@ func TestRebuildReportsDamageInsteadOfCuttingWholeRecords(t *testing.T) {
 // database "db" and returns the segment's path and its bytes as written.
 func flipValueByte(t *testing.T, fs vfs.FS, anchor, value string) (string, []byte) {
 	t.Helper()
-	seg := segmentFiles(t, fs, "db", anchor)[0]
-	data, err := tamperRead(fs, seg)
+	seg := testutil.SegmentFiles(t, fs, "db", anchor)[0]
+	data, err := testutil.ReadFile(fs, seg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func flipValueByte(t *testing.T, fs vfs.FS, anchor, value string) (string, []byt
 		t.Fatalf("%q not found in %s", value, seg)
 	}
 	data[at] ^= 0x20
-	tamperWrite(fs, seg, data)
+	testutil.WriteFile(fs, seg, data)
 	return seg, data
 }
 
@@ -158,7 +159,7 @@ func TestRebuildAfterCrashKeepsJournaledAppends(t *testing.T) {
 		}
 		acks.add(e, r)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 
 	plan, err := RebuildIndexWith(ctx, "db", Options{FS: crashed}, RebuildOptions{Apply: true})

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -287,7 +289,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 			}
 			if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 				mu.Lock()
-				clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
+				clones = append(clones, testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 30, RNG: rand.New(rand.NewPCG(rng.Uint64(), 1))}))
 				mu.Unlock()
 			}
 			return nil
@@ -308,7 +310,7 @@ func TestRebuildFromSnapshotCrashAtEveryWrite(t *testing.T) {
 		}
 		t.Logf("%d crash points", len(clones))
 		for i, c := range clones {
-			if i%raceStride(8) != 0 && i != len(clones)-1 {
+			if i%testutil.RaceStride(8) != 0 && i != len(clones)-1 {
 				continue
 			}
 			checkAfterRebuild(t, c, want, fmt.Sprintf("crash point %d", i))
@@ -344,15 +346,15 @@ func deferredFixture(t *testing.T) (*DB, map[string][][2][]byte) {
 	db := mustOpen(t, fs, opts)
 	t.Cleanup(func() { _ = db.Close() })
 	rows := map[string][][2][]byte{}
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for it.First(); it.Valid(); it.Next() {
-		if versionKind(it.Value()) != versionDeferred {
+		if schema.KindOf(it.Value()) != schema.Deferred {
 			continue
 		}
-		_, _, anchor, err := parseVersionKey(it.Key())
+		_, _, anchor, err := schema.ParseVersionKey(it.Key())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,12 +383,12 @@ func TestVerifyDeferredRows(t *testing.T) {
 			// record order, so a reader kept from the last anchor or row
 			// must not hide it.
 			r := rows[a][len(rows[a])/2]
-			ve, err := decodeVersionEntry(r[1])
+			ve, err := schema.DecodeVersion(r[1])
 			if err != nil {
 				t.Fatal(err)
 			}
 			ve.Hash[0] ^= 1
-			setRow(t, db, r[0], ve.encode(nil))
+			setRow(t, db, r[0], ve.Append(nil))
 			seqs[a] = ve.Seq
 		}
 		for a, seq := range seqs {
@@ -396,12 +398,12 @@ func TestVerifyDeferredRows(t *testing.T) {
 	t.Run("wrong value", func(t *testing.T) {
 		db, rows := deferredFixture(t)
 		for _, r := range rows["a1"] {
-			ve, _ := decodeVersionEntry(r[1])
+			ve, _ := schema.DecodeVersion(r[1])
 			if !ve.Inline || len(ve.Value) == 0 {
 				continue
 			}
 			ve.Value = append(slices.Clone(ve.Value[:len(ve.Value)-1]), ve.Value[len(ve.Value)-1]^1)
-			setRow(t, db, r[0], ve.encode(nil))
+			setRow(t, db, r[0], ve.Append(nil))
 			wantFinding(t, db, errs.CodeIndexMismatch, "a1", ve.Seq, "does not say what the record says")
 			return
 		}
@@ -410,9 +412,9 @@ func TestVerifyDeferredRows(t *testing.T) {
 	t.Run("beyond the rebuilt range", func(t *testing.T) {
 		db, rows := deferredFixture(t)
 		r := rows["a2"][0]
-		ve, _ := decodeVersionEntry(r[1])
+		ve, _ := schema.DecodeVersion(r[1])
 		ve.Seq = db.histFrom["a2"] + 1
-		setRow(t, db, r[0], ve.encode(nil))
+		setRow(t, db, r[0], ve.Append(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a2", ve.Seq, "no rebuild from a snapshot covers it")
 	})
 }
@@ -465,7 +467,7 @@ func TestAbandonedRebuildLeavesNothingRunning(t *testing.T) {
 		}
 		return nil
 	})
-	opts := Options{FS: errorfs.Wrap(lockOrdered(mem), inj)}
+	opts := Options{FS: errorfs.Wrap(testutil.LockOrdered(mem), inj)}
 	plan, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 	if err != nil {
 		t.Fatal(err)
@@ -505,8 +507,11 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 		ctx := context.Background()
 		pristine := vfs.NewMem()
 		want := snapshotWithTail(t, pristine, 100)
-		for i := 0; ; i += raceStride(6) {
-			mem := cloneMemFS(t, pristine)
+		for i := 0; ; i += testutil.RaceStride(6) {
+			mem := vfs.NewMem()
+			if err := testutil.CopyTree(pristine, "", mem, ""); err != nil {
+				t.Fatal(err)
+			}
 			var n atomic.Int64
 			var fired atomic.Bool
 			inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
@@ -519,7 +524,7 @@ func TestRebuildFromSnapshotErrorInjection(t *testing.T) {
 				}
 				return nil
 			})
-			opts := fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj))
+			opts := fixtureOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj))
 			_, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: true})
 			if err != nil && errs.CodeOf(err) == "" {
 				t.Fatalf("op %d: an uncoded error: %v", i, err)

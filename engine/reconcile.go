@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -367,7 +368,7 @@ func (rc *reconciler) finishTruncations(a *anchor, segs []segFile, stubs map[uin
 		_, h, err := rc.readHeader(s.path)
 		truncated := false
 		if err == nil {
-			e, found, err := db.seqEntry(a.id, h.FirstSeq)
+			e, found, err := db.location(a.id, h.FirstSeq)
 			if err != nil {
 				return nil, err
 			}
@@ -422,7 +423,7 @@ func (rc *reconciler) readHeader(path string) (int64, segment.Header, error) {
 // missingAnchors reports anchors the index knows whose directory is gone.
 func (rc *reconciler) missingAnchors() error {
 	db := rc.db
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagAnchor}, UpperBound: []byte{schema.TagAnchor + 1}})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}

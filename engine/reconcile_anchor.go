@@ -11,6 +11,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/transparency-dev/merkle/compact"
@@ -90,9 +91,9 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile, stubs map[uint6
 	}
 	old := a.snapshot()
 	if st.segno != old.segno || st.segFirst != old.segFirst || !old.stored {
-		meta := anchorMeta{ActiveSegno: st.segno, ActiveFirstSeq: st.segFirst}
+		meta := schema.AnchorMeta{ActiveSegno: st.segno, ActiveFirstSeq: st.segFirst}
 		if a.damaged() == nil {
-			_ = rc.batch.Set(anchorKey(a.id), meta.encode(nil), nil)
+			_ = rc.batch.Set(schema.AnchorKey(a.id), meta.Append(nil), nil)
 			st.stored = true
 		}
 	}
@@ -106,7 +107,7 @@ func (rc *reconciler) reconcileAnchor(a *anchor, segs []segFile, stubs map[uint6
 func (rc *reconciler) raiseClock(c uint64) {
 	if c > rc.db.clock.Load() {
 		rc.db.clock.Store(c)
-		_ = rc.batch.Set(metaKey(metaClock), be.AppendUint64(nil, c), nil)
+		_ = rc.batch.Set(schema.MetaKey(schema.MetaClock), be.AppendUint64(nil, c), nil)
 	}
 }
 
@@ -182,13 +183,13 @@ func (rc *reconciler) adoptStubs(a *anchor, st *anchorHead, tree *compact.Range,
 			return e
 		}
 		for i, h := range stub.Hashes {
-			se := seqEntry{Segno: segno, Hash: h, Counter: stub.Counters[i]}
-			rc.scratch = se.encode(rc.scratch[:0])
-			_ = rc.batch.Set(seqKey(a.id, stub.FirstSeq+uint64(i)), rc.scratch, nil)
+			se := schema.Location{Segno: segno, Hash: h, Counter: stub.Counters[i]}
+			rc.scratch = se.Append(rc.scratch[:0])
+			_ = rc.batch.Set(schema.SeqKey(a.id, stub.FirstSeq+uint64(i)), rc.scratch, nil)
 			leaf := segment.LeafHash(h)
 			_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
 		}
-		stubRows(&stub, func(_ byte, k, v []byte) { _ = rc.batch.Set(k, v, nil) })
+		schema.StubRows(&stub, func(_ byte, k, v []byte) { _ = rc.batch.Set(k, v, nil) })
 		st.head, st.headHash, st.lastCounter = stub.LastSeq(), stub.LastHash(), stub.LastCounter
 		st.segno, st.segFirst, st.segSize, st.segCount = segno+1, st.head+1, 0, 0
 		rc.truncated[a.id] = st.head
@@ -286,7 +287,7 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 			break
 		}
 		rec := fr.Record
-		rc.scratch = indexRecord(rc.batch, &rec, s.segno, fr.Offset, fr.Size, db.opts.InlineValueMax, rc.scratch)
+		rc.scratch = schema.RecordRows(rc.batch, rc.batch, &rec, s.segno, fr.Offset, fr.Size, db.opts.InlineValueMax, rc.scratch)
 		leaf := segment.LeafHash(rec.Hash)
 		_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
 		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter

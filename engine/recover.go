@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -160,7 +161,7 @@ func (db *DB) recover(stale bool) error {
 // put back in its segment where the segment lost or mangled it.
 func (db *DB) replayJournal() error {
 	var settled journal.Pos
-	if b, ok, err := db.metaBytes(metaSettled); err != nil {
+	if b, ok, err := db.metaBytes(schema.MetaSettled); err != nil {
 		return err
 	} else if ok {
 		if settled, err = journal.DecodePos(b); err != nil {
@@ -172,7 +173,7 @@ func (db *DB) replayJournal() error {
 	if err != nil {
 		return entryErr(err, errs.CodeChainBroken, "list "+dir)
 	}
-	byAnchor := make(map[string][]journalRecord)
+	byAnchor := make(map[string][]schema.JournalRecord)
 	var order []string
 	for _, gen := range gens {
 		if gen < settled.Gen {
@@ -184,7 +185,7 @@ func (db *DB) replayJournal() error {
 		}
 		path := db.fs.PathJoin(dir, journal.FileName(gen))
 		tail, err := journal.ReadFile(db.fs, dir, gen, from, func(b journal.Block) error {
-			err := decodeJournalBlock(b.Payload, func(r journalRecord) error {
+			err := schema.DecodeJournalBlock(b.Payload, func(r schema.JournalRecord) error {
 				r.Frame = slices.Clone(r.Frame)
 				rec, _, err := segment.ParseFrame(r.Anchor, r.Frame)
 				if err != nil {
@@ -243,7 +244,7 @@ func (db *DB) replayJournal() error {
 	return nil
 }
 
-func (db *DB) replayAnchor(id string, rows []journalRecord) error {
+func (db *DB) replayAnchor(id string, rows []schema.JournalRecord) error {
 	a, err := db.getAnchor(id, true)
 	if err != nil {
 		return err
@@ -303,7 +304,7 @@ func (db *DB) replayAnchor(id string, rows []journalRecord) error {
 }
 
 // replaySegment makes one segment hold the journal's frames at their offsets.
-func (db *DB) replaySegment(a *anchor, rows []journalRecord, sealed bool) error {
+func (db *DB) replaySegment(a *anchor, rows []schema.JournalRecord, sealed bool) error {
 	segno := rows[0].Segno
 	path := db.segmentPath(a, segno)
 	first := rows[0]
@@ -425,7 +426,7 @@ var errJournalHole = errors.New("journal hole")
 // were settled and are lost: damage. Otherwise the journal itself lost the
 // records in between — a journal file of a NoSync session torn by a power
 // loss — and the frames after the hole cannot link: they are dropped.
-func (db *DB) journalHole(a *anchor, segno uint64, path string, size int64, first journalRecord) error {
+func (db *DB) journalHole(a *anchor, segno uint64, path string, size int64, first schema.JournalRecord) error {
 	st := a.snapshot()
 	claimed := int64(0)
 	switch {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -55,7 +56,7 @@ func TestCrashAfterCompactionWithUnsettledJournal(t *testing.T) {
 			if err != nil || res.RemovedBytes == 0 {
 				t.Fatalf("compact: %+v %v", res, err)
 			}
-			crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+			crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 			_ = db.Close()
 
 			db2, err := Open("db", Options{FS: crashed, SegmentSize: 1024})
@@ -134,7 +135,7 @@ func TestRebuildAfterKillThenPowerLoss(t *testing.T) {
 			if _, err := RebuildIndexWith(ctx, "db", opts, RebuildOptions{Apply: true, FromSnapshot: fromSnapshot}); err != nil {
 				t.Fatalf("rebuild-index: %v", err)
 			}
-			crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+			crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 			db2, err := Open("db", Options{FS: crashed})
 			if err != nil {
 				t.Fatalf("open: %v", err)
@@ -180,7 +181,7 @@ func TestDamagedAnchorStillAdvancesTheClock(t *testing.T) {
 	if _, err := db.Compact(ctx, snapshot.DefaultPolicy(), CompactOptions{Apply: true}); err != nil {
 		t.Fatal(err)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 2))})
 	_ = db.Close()
 	// A bit flip in the seal of anchor a's first (sealed) segment: damage.
 	seg1 := crashed.PathJoin(segment.AnchorDir(crashed, "db", "a"), segment.FileName(1))

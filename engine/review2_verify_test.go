@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -24,19 +25,19 @@ func TestReview2VerifyTamperedRowAboveHistoryFrom(t *testing.T) {
 	if hf == 0 {
 		t.Fatal("no rebuilt frontier for a1")
 	}
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var k []byte
-	var ve versionEntry
+	var ve schema.Version
 	for it.First(); it.Valid(); it.Next() {
-		if versionKind(it.Value()) != versionLocated {
+		if schema.KindOf(it.Value()) != schema.Located {
 			continue
 		}
-		if _, _, a, err := parseVersionKey(it.Key()); err == nil && a == "a1" {
+		if _, _, a, err := schema.ParseVersionKey(it.Key()); err == nil && a == "a1" {
 			k = append([]byte(nil), it.Key()...)
-			ve, _ = decodeVersionEntry(it.Value())
+			ve, _ = schema.DecodeVersion(it.Value())
 			break
 		}
 	}
@@ -47,7 +48,7 @@ func TestReview2VerifyTamperedRowAboveHistoryFrom(t *testing.T) {
 		t.Fatalf("no located row of a1 above its rebuilt frontier %d", hf)
 	}
 	ve.Hash[0] ^= 1
-	setRow(t, db, k, ve.encode(nil))
+	setRow(t, db, k, ve.Append(nil))
 	rep := wantFinding(t, db, errs.CodeIndexMismatch, "a1", ve.Seq, "")
 	for _, f := range rep.Failures {
 		if f.Seq != ve.Seq {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -326,11 +327,11 @@ func TestReview3VerifyMalformedAuditHeadRow(t *testing.T) {
 	if _, err := db.CreateSnapshot(ctx, ""); err != nil {
 		t.Fatal(err)
 	}
-	row, ok, err := db.metaBytes(metaAudit)
+	row, ok, err := db.metaBytes(schema.MetaAudit)
 	if err != nil || !ok {
 		t.Fatalf("no audit head row: %v", err)
 	}
-	if err := db.index.Set(metaKey(metaAudit), row[:8], pebble.NoSync); err != nil {
+	if err := db.index.Set(schema.MetaKey(schema.MetaAudit), row[:8], pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := db.Verify(ctx, VerifyOptions{})
@@ -351,11 +352,11 @@ func TestReview3VerifyDeferredRowMessages(t *testing.T) {
 	if !ok {
 		t.Skipf("the fixture's filesystem is a %T", db.fs)
 	}
-	ve, err := decodeVersionEntry(rows["a1"][0][1])
+	ve, err := schema.DecodeVersion(rows["a1"][0][1])
 	if err != nil {
 		t.Fatal(err)
 	}
-	row, ok, err := db.seqEntry("a1", ve.Seq)
+	row, ok, err := db.location("a1", ve.Seq)
 	if err != nil || !ok || row.Size == 0 {
 		t.Fatalf("'s' row of a1 seq %d: %+v %v %v", ve.Seq, row, ok, err)
 	}
@@ -458,7 +459,7 @@ func TestReview3VerifyAuditLinesPastTheHead(t *testing.T) {
 	checkFindingMessages(t, rep)
 	// The database's own next line, written before its head row was: the
 	// index recorded it as next, which vouches for it.
-	if err := db.index.Set(metaKey(metaAuditNext), auditHeadRow(line.Seq, line.Hash), pebble.NoSync); err != nil {
+	if err := db.index.Set(schema.MetaKey(schema.MetaAuditNext), schema.AppendAuditHead(nil, line.Seq, line.Hash), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := db.Verify(ctx, VerifyOptions{}); err != nil || !rep.OK {

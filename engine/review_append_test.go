@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -53,7 +54,7 @@ func TestReviewDurableRetryOfNoSyncAppend(t *testing.T) {
 			if !r2.Duplicate || r2.Seq != r1.Seq || r2.Hash != r1.Hash {
 				t.Fatalf("retry: %+v, want the duplicate of %+v", r2, r1)
 			}
-			crashed := crashClone(mem, vfs.CrashCloneCfg{}) // power loss: only synced data
+			crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{}) // power loss: only synced data
 			_ = db.Close()
 			db2, err := Open("db", Options{FS: crashed})
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -35,7 +36,7 @@ func TestReviewCheckpointSignsOnlyDurableRecords(t *testing.T) {
 		t.Fatalf("the checkpoint lists %d records of a, want 10", e.Size)
 	}
 	// Power loss: only what was fsynced survives.
-	crashed := crashClone(mem, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	db = mustOpen(t, crashed, Options{FS: crashed, SegmentSize: 4096})
 	defer func() { _ = db.Close() }()

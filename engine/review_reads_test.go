@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"pgregory.net/rapid"
 )
 
 // Log's to is inclusive and any seq is a legal bound (the CLI's --to takes
 // any uint64): a to of MaxUint64 means every record from from on. The
-// upper bound of the index scan was seqKey(to+1), which wrapped to seq 0,
+// upper bound of the index scan was schema.SeqKey(to+1), which wrapped to seq 0,
 // below the lower bound, and the log came back empty.
 func TestReviewLogToMaxUint64(t *testing.T) {
 	ctx := context.Background()
@@ -43,34 +42,6 @@ func TestReviewLogToMaxUint64(t *testing.T) {
 			t.Errorf("log [%d, %d]: seqs %v, want %d records", c.from, c.to, seqs, c.want)
 		}
 	}
-}
-
-// A malformed 'k' row is INT_004, never a panic (keys.go). A key with no
-// 0x00 0x01 separator ran the parse off its end: the tail was sliced from
-// two bytes past the last.
-func TestReviewParseVersionKeyNoSeparator(t *testing.T) {
-	for name, k := range map[string][]byte{
-		"no separator":      []byte("kabcdefghijklmn\xff"),
-		"escape at the end": []byte("kabcdefghijklm\x00\xff"),
-	} {
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					t.Errorf("%s: %x panicked: %v", name, k, r)
-				}
-			}()
-			if _, _, _, err := parseVersionKey(k); err == nil {
-				t.Errorf("%s: %x parsed", name, k)
-			}
-		}()
-	}
-	rapid.Check(t, func(t *rapid.T) {
-		k := rapid.SliceOfN(rapid.SampledFrom([]byte{0, 1, 'k', 'x', 0xFF}), 0, 40).Draw(t, "k")
-		if rapid.Bool().Draw(t, "tagged") {
-			k = append([]byte{tagKey}, append(k, 0xFF)...)
-		}
-		_, _, _, _ = parseVersionKey(k)
-	})
 }
 
 // An illegal anchor id is INPUT_001 (SPEC §8, §9) for every read that takes

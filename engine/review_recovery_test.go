@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -74,7 +75,7 @@ func TestKillThenPowerLossAfterRecoveryKeepsNewSegments(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+				crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 				if !closeFirst {
 					killDB(t, db)
 				}
@@ -103,7 +104,7 @@ func TestKillThenCrashDuringRecovery(t *testing.T) {
 	maxN := 24
 	step := 1
 	switch {
-	case raceEnabled:
+	case testutil.RaceEnabled:
 		step = 5 // make test's pass without the detector takes every n
 	case testing.Short():
 		step = 3
@@ -132,11 +133,11 @@ func TestKillThenCrashDuringRecovery(t *testing.T) {
 			killQuiesced(t, db)
 
 			cc := newCloneEveryWrite(mem, 0, uint64(n), 1)
-			db, err = Open("db", crashOptions(errorfs.Wrap(lockOrdered(mem), cc), noSync))
+			db, err = Open("db", crashOptions(errorfs.Wrap(testutil.LockOrdered(mem), cc), noSync))
 			if err != nil {
 				t.Fatalf("n=%d noSync=%v: open after kill: %v", n, noSync, err)
 			}
-			clones := append(cc.take(), crashClone(mem, vfs.CrashCloneCfg{}))
+			clones := append(cc.take(), testutil.CrashClone(mem, vfs.CrashCloneCfg{}))
 			killQuiesced(t, db)
 			for i, fs := range clones {
 				what := fmt.Sprintf("n=%d noSync=%v: kill, then power loss at write %d of %d of recovery", n, noSync, i+1, len(clones))
@@ -195,7 +196,7 @@ func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 		}
 		return nil
 	})
-	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), opts)
+	db := mustOpen(t, errorfs.Wrap(testutil.LockOrdered(mem), inj), opts)
 	var acked []Receipt
 	i := 0
 	appendOne := func() anchorHead {
@@ -239,7 +240,7 @@ func TestKillBeforeSealSyncThenPowerLoss(t *testing.T) {
 		t.Fatalf("open after kill: %v", err)
 	}
 	t.Logf("recovery after the kill: %v", db.RecoveryReport().Events)
-	crashed := crashClone(mem, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,9 @@ func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := vfs.NewMem()
-	copyTree(t, mem, "db/"+IndexDir, old, "index")
+	if err := testutil.CopyTree(mem, "db/"+IndexDir, old, "index"); err != nil {
+		t.Fatal(err)
+	}
 	db = mustOpen(t, mem, opts)
 	put(7)
 	if err := db.Close(); err != nil {
@@ -308,16 +311,18 @@ func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
 	if err := mem.RemoveAll("db/" + IndexDir); err != nil {
 		t.Fatal(err)
 	}
-	copyTree(t, old, "index", mem, "db/"+IndexDir)
-	segs := segmentFiles(t, mem, "db", "a")
+	if err := testutil.CopyTree(old, "index", mem, "db/"+IndexDir); err != nil {
+		t.Fatal(err)
+	}
+	segs := testutil.SegmentFiles(t, mem, "db", "a")
 	seg := segs[len(segs)-1]
 	_, offs, _ := frames(t, mem, seg)
-	data, err := readMemFile(mem, seg)
+	data, err := testutil.ReadFile(mem, seg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	data[offs[4]+40] ^= 1
-	writeMemFile(mem, seg, data)
+	testutil.WriteFile(mem, seg, data)
 
 	db, err = Open("db", opts)
 	if err != nil {
@@ -338,7 +343,7 @@ func TestStaleIndexDoesNotCutSettledRecordsAfterDamage(t *testing.T) {
 	if _, err := db.Append(ctx, Entry{Anchor: "a", Type: segment.TypePut, Key: []byte("x"), Value: []byte("y")}); err == nil {
 		t.Errorf("an append to the damaged anchor was accepted")
 	}
-	after, err := readMemFile(mem, seg)
+	after, err := testutil.ReadFile(mem, seg)
 	if err != nil || !bytes.Equal(after, data) {
 		t.Errorf("the damaged segment was rewritten (%d bytes, was %d): %v", len(after), len(data), err)
 	}
@@ -371,12 +376,12 @@ func TestHeaderlessOnlySegmentOfIndexedAnchorIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	killDB(t, db) // unclean: the next Open reconciles
-	seg := segmentFiles(t, mem, "db", "h")[0]
-	data, err := readMemFile(mem, seg)
+	seg := testutil.SegmentFiles(t, mem, "db", "h")[0]
+	data, err := testutil.ReadFile(mem, seg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeMemFile(mem, seg, data[:10])
+	testutil.WriteFile(mem, seg, data[:10])
 
 	db, err = Open("db", opts)
 	if err != nil {
@@ -393,7 +398,7 @@ func TestHeaderlessOnlySegmentOfIndexedAnchorIsKept(t *testing.T) {
 	if !damaged {
 		t.Errorf("the anchor is not reported damaged: %v", db.RecoveryReport().Events)
 	}
-	if got, err := readMemFile(mem, seg); err != nil || !bytes.Equal(got, data[:10]) {
+	if got, err := testutil.ReadFile(mem, seg); err != nil || !bytes.Equal(got, data[:10]) {
 		t.Errorf("the damaged anchor's segment changed: %q %v", got, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -55,19 +56,19 @@ func truncatedFixture(t *testing.T) *DB {
 // missed).
 func TestReviewVerifyTruncatedCounter(t *testing.T) {
 	db := truncatedFixture(t)
-	e, _, err := db.seqEntry("a1", 5)
+	e, _, err := db.location("a1", 5)
 	if err != nil || e.Size != 0 {
 		t.Fatalf("seq 5 of a1 is not truncated: %+v %v", e, err)
 	}
-	next, _, _ := db.seqEntry("a1", 6)
+	next, _, _ := db.location("a1", 6)
 	if next.Counter <= e.Counter+1 {
 		t.Fatalf("no room for another counter between seqs 5 and 6: %d %d", e.Counter, next.Counter)
 	}
-	good := e.encode(nil)
+	good := e.Append(nil)
 	e.Counter++
-	setRow(t, db, seqKey("a1", 5), e.encode(nil))
+	setRow(t, db, schema.SeqKey("a1", 5), e.Append(nil))
 	wantFinding(t, db, errs.CodeIndexMismatch, "a1", 5, "counter")
-	setRow(t, db, seqKey("a1", 5), good)
+	setRow(t, db, schema.SeqKey("a1", 5), good)
 	if rep, err := db.Verify(context.Background(), VerifyOptions{}); err != nil || !rep.OK {
 		t.Fatalf("repaired: %+v %v", rep, err)
 	}
@@ -81,13 +82,13 @@ func TestReviewVerifyTruncatedCounter(t *testing.T) {
 // truncated seq (a new append answered "duplicate" and dropped) all passed.
 func TestReviewVerifyTruncatedIdempotencyRows(t *testing.T) {
 	db := truncatedFixture(t)
-	k := idemKey("a1", []byte("op-10"))
+	k := schema.IdemKey("a1", []byte("op-10"))
 	v := getRow(t, db, k)
-	ie, err := decodeIdemEntry(v)
+	ie, err := schema.DecodeIdem(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e, _, _ := db.seqEntry("a1", ie.Seq); e.Size != 0 {
+	if e, _, _ := db.location("a1", ie.Seq); e.Size != 0 {
 		t.Fatalf("the record of op-10 is not truncated: %+v", e)
 	}
 	t.Run("deleted", func(t *testing.T) {
@@ -98,12 +99,12 @@ func TestReviewVerifyTruncatedIdempotencyRows(t *testing.T) {
 	t.Run("other fingerprint", func(t *testing.T) {
 		bad := ie
 		bad.Fingerprint[0] ^= 1
-		setRow(t, db, k, bad.encode(nil))
+		setRow(t, db, k, bad.Append(nil))
 		defer setRow(t, db, k, v)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
 	})
 	t.Run("forged key", func(t *testing.T) {
-		forged := idemKey("a1", []byte("never-used"))
+		forged := schema.IdemKey("a1", []byte("never-used"))
 		setRow(t, db, forged, v)
 		defer setRow(t, db, forged, nil)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", ie.Seq, "'i' row")
@@ -125,7 +126,7 @@ func TestReviewVerifyKeptVersionRows(t *testing.T) {
 	}
 	var k, v []byte
 	for ok := it.First(); ok; ok = it.Next() {
-		if it.Key()[0] == tagKey && versionKind(it.Value()) == versionRetained {
+		if it.Key()[0] == schema.TagKey && schema.KindOf(it.Value()) == schema.Kept {
 			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
 			break
 		}
@@ -134,9 +135,9 @@ func TestReviewVerifyKeptVersionRows(t *testing.T) {
 	if k == nil {
 		t.Fatal("no kept version of a truncated record")
 	}
-	ve, _ := decodeVersionEntry(v)
-	_, _, anchor, _ := parseVersionKey(k)
-	rk := retainedKey(anchor, ve.Seq)
+	ve, _ := schema.DecodeVersion(v)
+	_, _, anchor, _ := schema.ParseVersionKey(k)
+	rk := schema.KeptKey(anchor, ve.Seq)
 	rv := getRow(t, db, rk)
 	t.Run("k row deleted", func(t *testing.T) {
 		setRow(t, db, k, nil)
@@ -171,13 +172,13 @@ func TestReviewVerifyKeptVersionRowsFromCheckpoint(t *testing.T) {
 	}
 	var k, v []byte
 	var anchor string
-	var ve versionEntry
+	var ve schema.Version
 	for ok := it.First(); ok; ok = it.Next() {
-		if it.Key()[0] != tagKey || versionKind(it.Value()) != versionRetained {
+		if it.Key()[0] != schema.TagKey || schema.KindOf(it.Value()) != schema.Kept {
 			continue
 		}
-		ve, _ = decodeVersionEntry(it.Value())
-		_, _, anchor, _ = parseVersionKey(it.Key())
+		ve, _ = schema.DecodeVersion(it.Value())
+		_, _, anchor, _ = schema.ParseVersionKey(it.Key())
 		if e, ok := cp.Entry(anchor); ok && ve.Seq > e.Size {
 			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
 			break
@@ -187,7 +188,7 @@ func TestReviewVerifyKeptVersionRowsFromCheckpoint(t *testing.T) {
 	if k == nil {
 		t.Fatal("no kept version of a truncated record after the checkpoint")
 	}
-	rk := retainedKey(anchor, ve.Seq)
+	rk := schema.KeptKey(anchor, ve.Seq)
 	rv := getRow(t, db, rk)
 	setRow(t, db, k, nil)
 	setRow(t, db, rk, nil)
@@ -267,10 +268,10 @@ func TestReviewVerifyRowsOfUnknownAnchor(t *testing.T) {
 	ctx := context.Background()
 	db, _ := verifyFixture(t)
 	rows := map[string][2][]byte{
-		"'i'": {idemKey("ghost-i", []byte("op")), (&idemEntry{Seq: 1, Counter: 5}).encode(nil)},
-		"'s'": {seqKey("ghost-s", 1), (&seqEntry{Segno: 1, Offset: 100, Size: 50, Counter: 3}).encode(nil)},
-		"'n'": {nodeKey("ghost-n", 8, 0), make([]byte, segment.HashSize)},
-		"'r'": {retainedKey("ghost-r", 1), []byte("frame")},
+		"'i'": {schema.IdemKey("ghost-i", []byte("op")), (&schema.Idem{Seq: 1, Counter: 5}).Append(nil)},
+		"'s'": {schema.SeqKey("ghost-s", 1), (&schema.Location{Segno: 1, Offset: 100, Size: 50, Counter: 3}).Append(nil)},
+		"'n'": {schema.NodeKey("ghost-n", 8, 0), make([]byte, segment.HashSize)},
+		"'r'": {schema.KeptKey("ghost-r", 1), []byte("frame")},
 	}
 	for name, kv := range rows {
 		t.Run(name, func(t *testing.T) {

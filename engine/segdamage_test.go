@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -44,28 +44,10 @@ func closedDB(t *testing.T, fs vfs.FS, anchors []string, perAnchor int) []ackedE
 	return acks.snapshot()
 }
 
-// segmentFiles returns the anchor's segment paths in order.
-func segmentFiles(t testing.TB, fs vfs.FS, dir, anchor string) []string {
-	t.Helper()
-	adir := segment.AnchorDir(fs, dir, anchor)
-	names, err := fs.List(adir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, n := range names {
-		if _, ok := segment.ParseFileName(n); ok {
-			out = append(out, fs.PathJoin(adir, n))
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
 // frames returns each frame of a segment file with its offset and bytes.
 func frames(t testing.TB, fs vfs.FS, path string) (hdr segment.Header, offs []int64, bufs [][]byte) {
 	t.Helper()
-	data, err := readMemFile(fs, path)
+	data, err := testutil.ReadFile(fs, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +71,7 @@ func frames(t testing.TB, fs vfs.FS, path string) (hdr segment.Header, offs []in
 
 // scanError scans a segment file and returns the first error.
 func scanError(fs vfs.FS, path string) error {
-	data, err := readMemFile(fs, path)
+	data, err := testutil.ReadFile(fs, path)
 	if err != nil {
 		return err
 	}
@@ -117,11 +99,11 @@ func frameCode(err error) Code {
 
 func patchFile(t testing.TB, fs vfs.FS, path string, fn func([]byte) []byte) {
 	t.Helper()
-	data, err := readMemFile(fs, path)
+	data, err := testutil.ReadFile(fs, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeMemFile(fs, path, fn(slices.Clone(data)))
+	testutil.WriteFile(fs, path, fn(slices.Clone(data)))
 }
 
 func TestSplicedFrames(t *testing.T) {
@@ -131,8 +113,8 @@ func TestSplicedFrames(t *testing.T) {
 	t.Run("frame of another anchor", func(t *testing.T) {
 		mem := vfs.NewMem()
 		acked := closedDB(t, mem, anchors, 30)
-		aSegs := segmentFiles(t, mem, "db", "splice-a")
-		bSegs := segmentFiles(t, mem, "db", "splice-b")
+		aSegs := testutil.SegmentFiles(t, mem, "db", "splice-a")
+		bSegs := testutil.SegmentFiles(t, mem, "db", "splice-b")
 		_, _, aFrames := frames(t, mem, aSegs[0])
 		_, bOffs, bFrames := frames(t, mem, bSegs[0])
 		// A's frame 3 over B's frame 3 (the same size and seq): its hash
@@ -167,7 +149,7 @@ func TestSplicedFrames(t *testing.T) {
 	t.Run("frame of another position", func(t *testing.T) {
 		mem := vfs.NewMem()
 		closedDB(t, mem, anchors, 30)
-		aSegs := segmentFiles(t, mem, "db", "splice-a")
+		aSegs := testutil.SegmentFiles(t, mem, "db", "splice-a")
 		_, offs, fr := frames(t, mem, aSegs[0])
 		// Frame 2 copied over frame 4 of the same anchor: a valid record
 		// with its hash intact, in the wrong place.
@@ -199,10 +181,10 @@ func TestSplicedFrames(t *testing.T) {
 		if err := db.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
+		crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(1)})
 		_ = db.Close()
-		bSegs := segmentFiles(t, crashed, "db", "splice-b")
-		aSegs := segmentFiles(t, crashed, "db", "splice-a")
+		bSegs := testutil.SegmentFiles(t, crashed, "db", "splice-b")
+		aSegs := testutil.SegmentFiles(t, crashed, "db", "splice-a")
 		_, _, aFrames := frames(t, crashed, aSegs[len(aSegs)-1])
 		_, _, bf0 := frames(t, crashed, bSegs[len(bSegs)-1])
 		before := uint64(len(bf0))
@@ -265,7 +247,7 @@ func uncleanWithSealed(t *testing.T, settled bool) (*vfs.MemFS, []ackedEntry) {
 	if err := db.awaitVisible(ctx); err != nil {
 		t.Fatal(err)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(3)})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(3)})
 	_ = db.Close()
 	return crashed, acks.snapshot()
 }
@@ -279,14 +261,14 @@ func TestTornSealedSegment(t *testing.T) {
 	ctx := context.Background()
 	t.Run("settled", func(t *testing.T) {
 		mem, acked := uncleanWithSealed(t, true)
-		segs := segmentFiles(t, mem, "db", "torn")
+		segs := testutil.SegmentFiles(t, mem, "db", "torn")
 		if len(segs) < 4 {
 			t.Fatalf("anchor has %d segments, want 4 or more", len(segs))
 		}
 		// Cut a few bytes off the first (sealed, settled) segment: its seal
 		// is torn.
 		_, offs, _ := frames(t, mem, segs[0])
-		full, _ := readMemFile(mem, segs[0])
+		full, _ := testutil.ReadFile(mem, segs[0])
 		patchFile(t, mem, segs[0], func(b []byte) []byte { return b[:len(b)-5] })
 		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
 		if err != nil {
@@ -315,7 +297,7 @@ func TestTornSealedSegment(t *testing.T) {
 			t.Errorf("write to the anchor with a torn sealed segment: want an INT_* refusal, got %v", err)
 		}
 		// … nothing was cut or rewritten …
-		if data, _ := readMemFile(mem, segs[0]); !bytes.Equal(data, full[:len(full)-5]) {
+		if data, _ := testutil.ReadFile(mem, segs[0]); !bytes.Equal(data, full[:len(full)-5]) {
 			t.Errorf("the damaged segment was changed: %d bytes, was %d", len(data), len(full)-5)
 		}
 		// … its intact records still read …
@@ -341,7 +323,7 @@ func TestTornSealedSegment(t *testing.T) {
 	})
 	t.Run("within the journal", func(t *testing.T) {
 		mem, acked := uncleanWithSealed(t, false)
-		segs := segmentFiles(t, mem, "db", "torn")
+		segs := testutil.SegmentFiles(t, mem, "db", "torn")
 		patchFile(t, mem, segs[0], func(b []byte) []byte { return b[:len(b)-5] })
 		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
 		if err != nil {
@@ -429,7 +411,7 @@ func TestSealingBoundary(t *testing.T) {
 			reopen := func() {
 				t.Helper()
 				if crash {
-					next := crashClone(mem, vfs.CrashCloneCfg{})
+					next := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 					_ = db.Close()
 					mem = next
 				} else if err := db.Close(); err != nil {
@@ -448,7 +430,7 @@ func TestSealingBoundary(t *testing.T) {
 				t.Helper()
 				for an, c := range counts {
 					c += extra
-					segs := segmentFiles(t, mem, "db", an)
+					segs := testutil.SegmentFiles(t, mem, "db", an)
 					wantSegs := (c + n - 1) / n
 					if len(segs) != wantSegs {
 						t.Fatalf("%d records of %s: %d segments, want %d", c, an, len(segs), wantSegs)
@@ -513,7 +495,7 @@ func TestCrashAfterSeal(t *testing.T) {
 		}
 		acks.add(e, r)
 	}
-	crashed := crashClone(mem, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	_ = db.Close()
 	db = mustOpen(t, crashed, opts)
 	defer db.Close()
@@ -532,10 +514,10 @@ func TestCrashAfterSeal(t *testing.T) {
 // open and on every later one.
 func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 	mem, _ := uncleanWithSealed(t, true)
-	segs := segmentFiles(t, mem, "db", "torn")
+	segs := testutil.SegmentFiles(t, mem, "db", "torn")
 	patchFile(t, mem, segs[0], func(b []byte) []byte { return b[:len(b)-5] })
 	torn := nextSegmentPath(t, mem, "torn")
-	writeMemFile(mem, torn, []byte("ADB"))
+	testutil.WriteFile(mem, torn, []byte("ADB"))
 	for i := 0; i < 2; i++ {
 		db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
 		if err != nil {
@@ -553,11 +535,11 @@ func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 				t.Errorf("open %d: the torn newest segment of a damaged anchor was removed: %v", i+1, ev)
 			}
 		}
-		if data, err := readMemFile(mem, torn); err != nil || string(data) != "ADB" {
+		if data, err := testutil.ReadFile(mem, torn); err != nil || string(data) != "ADB" {
 			t.Fatalf("open %d: the torn newest segment of a damaged anchor changed: %q %v", i+1, data, err)
 		}
 		// Leave the next Open unclean, so that it reconciles again.
-		crashed := crashClone(mem, vfs.CrashCloneCfg{})
+		crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 		_ = db.Close()
 		mem = crashed
 	}
@@ -566,7 +548,7 @@ func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 	// kept in lost+found), and the anchor stays writable.
 	mem, acked := uncleanWithSealed(t, true)
 	torn = nextSegmentPath(t, mem, "torn")
-	writeMemFile(mem, torn, []byte("ADB"))
+	testutil.WriteFile(mem, torn, []byte("ADB"))
 	db, err := Open("db", Options{FS: mem, SegmentSize: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -591,7 +573,7 @@ func TestTornNewestSegmentOfDamagedAnchor(t *testing.T) {
 // found by recovering a copy.
 func nextSegmentPath(t *testing.T, mem *vfs.MemFS, anchor string) string {
 	t.Helper()
-	c := crashClone(mem, vfs.CrashCloneCfg{})
+	c := testutil.CrashClone(mem, vfs.CrashCloneCfg{})
 	db, err := Open("db", Options{FS: c, SegmentSize: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -599,7 +581,7 @@ func nextSegmentPath(t *testing.T, mem *vfs.MemFS, anchor string) string {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	segs := segmentFiles(t, c, "db", anchor)
+	segs := testutil.SegmentFiles(t, c, "db", anchor)
 	newest, _ := segment.ParseFileName(c.PathBase(segs[len(segs)-1]))
 	return mem.PathJoin(segment.AnchorDir(mem, "db", anchor), segment.FileName(newest+1))
 }

@@ -117,6 +117,14 @@ func (db *DB) flushBufferLocked(a *anchor, sync ...bool) (err error) {
 		}
 	}
 	cf, err := db.files.acquire(path, true, sb.create)
+	if err != nil && isFDPressure(err) {
+		// The bytes are durable in the journal: wait for a descriptor
+		// rather than stop every write (fdbudget.go).
+		err = db.waitDescriptor(func() (err error) {
+			cf, err = db.files.acquire(path, true, sb.create)
+			return err
+		})
+	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open segment %s", path)
 	}

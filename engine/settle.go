@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/journal"
 )
@@ -39,6 +40,13 @@ type settleMark struct {
 // rotateForSettle runs in the leader for a group carrying settle marks.
 func (db *DB) rotateForSettle(g *group) error {
 	pos, err := db.journal.Rotate()
+	if err != nil && isFDPressure(err) {
+		// Nothing is written until the new file exists: try again.
+		err = db.waitDescriptor(func() (err error) {
+			pos, err = db.journal.Rotate()
+			return err
+		})
+	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "rotate journal")
 	}
@@ -117,8 +125,8 @@ func (db *DB) settle() error {
 // recovery visits every anchor and takes the clock past their last counters.
 func (db *DB) recordSettled(at journal.Pos) error {
 	b := db.index.NewBatch()
-	_ = b.Set(metaKey(metaSettled), at.AppendBinary(nil), nil)
-	_ = b.Set(metaKey(metaClock), be.AppendUint64(nil, db.clock.Load()), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaSettled), at.AppendBinary(nil), nil)
+	_ = b.Set(schema.MetaKey(schema.MetaClock), be.AppendUint64(nil, db.clock.Load()), nil)
 	err := db.applyBatch(b)
 	_ = b.Close()
 	if err != nil {
@@ -157,6 +165,12 @@ func (db *DB) syncPaths(files, dirs []string) error {
 	slices.Sort(files)
 	for _, p := range files {
 		f, err := db.fs.Open(p)
+		if err != nil && isFDPressure(err) {
+			err = db.waitDescriptor(func() (err error) {
+				f, err = db.fs.Open(p)
+				return err
+			})
+		}
 		if err != nil {
 			if oserrorIsNotExist(err) {
 				continue // rewritten or removed since; its replacement was synced
@@ -181,6 +195,12 @@ func (db *DB) syncPaths(files, dirs []string) error {
 
 func (db *DB) syncDir(d string) error {
 	f, err := db.fs.OpenDir(d)
+	if err != nil && isFDPressure(err) {
+		err = db.waitDescriptor(func() (err error) {
+			f, err = db.fs.OpenDir(d)
+			return err
+		})
+	}
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "open directory %s to sync", d)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -46,11 +47,11 @@ func crashBeforeSnapshotAuditLine(t *testing.T) (clone *vfs.MemFS, want map[stri
 			// Only what was synced survives: the snapshot (Create syncs
 			// it and its directory) and the index's note of the line to
 			// come, not the line.
-			once.Do(func() { clone = crashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0}) })
+			once.Do(func() { clone = testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 0}) })
 		}
 		return nil
 	})
-	db, err := Open("db", fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj)))
+	db, err := Open("db", fixtureOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestCompactAdoptionCrashAtEveryWrite(t *testing.T) {
 			// writes are Pebble's and the stubs'); an eighth of them still
 			// crashes inside each audit line, stub and removal. Only the
 			// points taken are cloned: a clone copies the whole MemFS.
-			stride := 8 * raceStride(16)
+			stride := 8 * testutil.RaceStride(16)
 			var mu sync.Mutex
 			var clones []*vfs.MemFS
 			var writes int
@@ -234,14 +235,14 @@ func TestCompactAdoptionCrashAtEveryWrite(t *testing.T) {
 				if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 					mu.Lock()
 					if writes%stride == 0 {
-						clones = append(clones, crashClone(mem, cfg()))
+						clones = append(clones, testutil.CrashClone(mem, cfg()))
 					}
 					writes++
 					mu.Unlock()
 				}
 				return nil
 			})
-			opts := fixtureOptions(errorfs.Wrap(lockOrdered(mem), inj))
+			opts := fixtureOptions(errorfs.Wrap(testutil.LockOrdered(mem), inj))
 			opts.Clock = clock
 			db, err := Open("db", opts)
 			if err != nil {
@@ -254,7 +255,7 @@ func TestCompactAdoptionCrashAtEveryWrite(t *testing.T) {
 				t.Fatalf("scenario: the compaction after the crash cuts nothing: %+v %v", res, err)
 			}
 			mu.Lock()
-			clones = append(clones, crashClone(mem, cfg()))
+			clones = append(clones, testutil.CrashClone(mem, cfg()))
 			mu.Unlock()
 			_ = db.Close()
 			t.Logf("%d crash points of %d writes", len(clones), writes)

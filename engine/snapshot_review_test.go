@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -35,13 +37,13 @@ func TestSnapshotOfNoSyncAppendsSurvivesPowerLoss(t *testing.T) {
 	inj := errorfs.InjectorFunc(func(op errorfs.Op) error {
 		if capture.Load() && op.Kind.ReadOrWrite() == errorfs.OpIsWrite {
 			mu.Lock()
-			clones = append(clones, crashClone(mem, vfs.CrashCloneCfg{})) // every unsynced byte lost
+			clones = append(clones, testutil.CrashClone(mem, vfs.CrashCloneCfg{})) // every unsynced byte lost
 			mu.Unlock()
 		}
 		return nil
 	})
 	opts := Options{SegmentSize: 4096}
-	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), opts)
+	db := mustOpen(t, errorfs.Wrap(testutil.LockOrdered(mem), inj), opts)
 	for i := 0; i < 20; i++ {
 		if _, err := db.Put(ctx, "a", []byte(fmt.Sprintf("k%02d", i)), []byte("synced")); err != nil {
 			t.Fatal(err)
@@ -219,18 +221,18 @@ func TestCompactRemovesANewSnapshotThatFailsItsReplay(t *testing.T) {
 	}
 	// The index goes wrong about k00 (the kind of fault a replay proof is
 	// there to catch): its newest version now says "bad".
-	vk := versionKey([]byte("k00"), rc.Counter, "a")
+	vk := schema.VersionKey([]byte("k00"), rc.Counter, "a")
 	row, closer, err := db.index.Get(vk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ve, err := decodeVersionEntry(row)
+	ve, err := schema.DecodeVersion(row)
 	closer.Close()
 	if err != nil || !ve.Inline {
 		t.Fatalf("version row: %+v %v", ve, err)
 	}
 	ve.Value = []byte("bad")
-	if err := db.index.Set(vk, ve.encode(nil), pebble.NoSync); err != nil {
+	if err := db.index.Set(vk, ve.Append(nil), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Compact(ctx, policy, CompactOptions{Apply: true}); !errors.Is(err, ErrSnapshotCorrupted) {
@@ -407,18 +409,18 @@ func TestCompactIgnoresASnapshotItsAuditRemoved(t *testing.T) {
 	if _, err := db.Get(ctx, []byte("k00")); err != nil {
 		t.Fatal(err)
 	}
-	vk := versionKey([]byte("k00"), rc.Counter, "a")
+	vk := schema.VersionKey([]byte("k00"), rc.Counter, "a")
 	row, closer, err := db.index.Get(vk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ve, err := decodeVersionEntry(row)
+	ve, err := schema.DecodeVersion(row)
 	closer.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ve.Value = []byte("bad")
-	if err := db.index.Set(vk, ve.encode(nil), pebble.NoSync); err != nil {
+	if err := db.index.Set(vk, ve.Append(nil), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	failRemove.Store(true)
@@ -435,7 +437,7 @@ func TestCompactIgnoresASnapshotItsAuditRemoved(t *testing.T) {
 		leftover = list[1].Name
 	}
 	// The index is right again: whatever the next run creates proves.
-	if err := db.index.Set(vk, func() []byte { ve.Value = []byte("v2"); return ve.encode(nil) }(), pebble.NoSync); err != nil {
+	if err := db.index.Set(vk, func() []byte { ve.Value = []byte("v2"); return ve.Append(nil) }(), pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 	res, err = db.Compact(ctx, policy, CompactOptions{Apply: true})

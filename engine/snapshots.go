@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"iter"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
@@ -66,7 +67,8 @@ func (db *DB) createSnapshotAudited(ctx context.Context, entry snapshot.AuditEnt
 // filesystem (an export, or a benchmark that leaves the disk out). A
 // snapshot written elsewhere is not one the database uses.
 func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef string) (snapshot.Info, error) {
-	if err := db.writable(); err != nil && !errors.Is(err, errClosed) {
+	// NB: it writes nothing of the database's: a read-only open exports too.
+	if err := db.writable(); err != nil && !errors.Is(err, errClosed) && !errors.Is(err, ErrReadOnly) {
 		return snapshot.Info{}, err
 	}
 	if err := db.beginRead(ctx); err != nil {
@@ -97,7 +99,7 @@ func (db *DB) CreateSnapshotTo(ctx context.Context, fs vfs.FS, dir, policyRef st
 
 // frontierAt reads every anchor's head (seq and hash) from r.
 func (db *DB) frontierAt(ctx context.Context, r pebble.Reader) (snapshot.Frontier, error) {
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagAnchor}, UpperBound: []byte{schema.TagAnchor + 1}})
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -113,8 +115,8 @@ func (db *DB) frontierAt(ctx context.Context, r pebble.Reader) (snapshot.Frontie
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		prefix := anchorScoped(tagSeq, id)
-		it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		prefix := schema.AnchorPrefix(schema.TagSeq, id)
+		it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: schema.PrefixEnd(prefix)})
 		if err != nil {
 			return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 		}
@@ -140,7 +142,7 @@ func (db *DB) frontierAt(ctx context.Context, r pebble.Reader) (snapshot.Frontie
 // anchors names the frontier's anchors, whose ids the entries share.
 func (db *DB) stateEntries(ctx context.Context, r pebble.Reader, anchors snapshot.Frontier) iter.Seq2[snapshot.Entry, error] {
 	return func(yield func(snapshot.Entry, error) bool) {
-		it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+		it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 		if err != nil {
 			yield(snapshot.Entry{}, errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
 			return
@@ -157,12 +159,12 @@ func (db *DB) stateEntries(ctx context.Context, r pebble.Reader, anchors snapsho
 				return
 			}
 			var counter uint64
-			key, anchorBytes, counter, err = appendVersionKeyParts(key[:0], anchorBytes[:0], it.Key())
+			key, anchorBytes, counter, err = schema.AppendVersionKeyParts(key[:0], anchorBytes[:0], it.Key())
 			if err != nil {
 				yield(snapshot.Entry{}, errs.Wrap(errs.CodeIndexMismatch, err, "read index"))
 				return
 			}
-			ve, err := decodeVersionEntry(it.Value())
+			ve, err := schema.DecodeVersion(it.Value())
 			if err != nil {
 				yield(snapshot.Entry{}, errs.Wrap(errs.CodeIndexMismatch, err, "key %q", key))
 				return
@@ -172,7 +174,7 @@ func (db *DB) stateEntries(ctx context.Context, r pebble.Reader, anchors snapsho
 				// Not in the frontier: snapshot.Create refuses it.
 				anchor = string(anchorBytes)
 			}
-			if ve.Type != verDelete {
+			if ve.Type != schema.VersionDelete {
 				value := ve.Value
 				if !ve.Inline {
 					rec, err := db.readVersionFrame(ctx, anchor, counter, &ve)
@@ -188,8 +190,8 @@ func (db *DB) stateEntries(ctx context.Context, r pebble.Reader, anchors snapsho
 					return
 				}
 			}
-			next = appendPastVersions(next[:0], key)
-			ok = nextKey(it, next)
+			next = schema.AppendPastVersions(next[:0], key)
+			ok = schema.NextKey(it, next)
 		}
 		if err := it.Error(); err != nil {
 			yield(snapshot.Entry{}, errs.Wrap(errs.CodeWriteFailed, err, "read index"))
@@ -264,7 +266,7 @@ func (db *DB) verifySnapshot(ctx context.Context, path string, held bool) (Snaps
 	}
 	f := merge.Frontier(info.Frontier.Seqs())
 	for _, id := range f.Anchors() {
-		e, ok, err := db.seqEntry(id, f[id])
+		e, ok, err := db.location(id, f[id])
 		if err != nil {
 			return out, err
 		}
@@ -388,8 +390,8 @@ func (db *DB) cutOf(anchor string) (uint64, error) {
 // firstPresent returns the first seq of the anchor whose record is still in
 // a segment (1 unless compaction truncated the log).
 func (db *DB) firstPresent(anchor string) (uint64, error) {
-	prefix := anchorScoped(tagSeq, anchor)
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	prefix := schema.AnchorPrefix(schema.TagSeq, anchor)
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: schema.PrefixEnd(prefix)})
 	if err != nil {
 		return 0, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -471,7 +473,7 @@ func (db *DB) replayBase(ctx context.Context, path string, self segment.Hash, f 
 // is the log's record at that seq.
 func (db *DB) frontierMatchesLog(front snapshot.Frontier) (bool, error) {
 	for id, h := range front {
-		e, ok, err := db.seqEntry(id, h.Seq)
+		e, ok, err := db.location(id, h.Seq)
 		if err != nil {
 			return false, err
 		}
@@ -498,7 +500,7 @@ func (p mergedPos) before(q mergedPos) bool {
 func (db *DB) lastInMergedOrder(f merge.Frontier) (mergedPos, error) {
 	var last mergedPos
 	for _, id := range f.Anchors() {
-		e, ok, err := db.seqEntry(id, f[id])
+		e, ok, err := db.location(id, f[id])
 		if err != nil {
 			return last, err
 		}
@@ -516,6 +518,9 @@ func (db *DB) lastInMergedOrder(f merge.Frontier) (mergedPos, error) {
 // of its own under the database's tmp directory (which Open clears, should
 // a process end before done runs); done closes and removes it.
 func (db *DB) openScratch(purpose string) (store *pebble.DB, done func(), err error) {
+	if db.ro != nil {
+		return db.openScratchOutside(purpose) // nothing under a read-only database
+	}
 	var tag [8]byte
 	_, _ = rand.Read(tag[:])
 	dir := db.fs.PathJoin(db.dir, "tmp", purpose+"-"+hex.EncodeToString(tag[:]))

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -81,7 +82,7 @@ func (db *DB) anchorInfo(id string) (AnchorInfo, bool, error) {
 
 // anchorIDs returns the ids of every anchor the index knows, in byte order.
 func (db *DB) anchorIDs() ([]string, error) {
-	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	it, err := db.index.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagAnchor}, UpperBound: []byte{schema.TagAnchor + 1}})
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}

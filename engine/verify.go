@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
@@ -127,6 +128,10 @@ type VerifyReport struct {
 	Records  uint64    `json:"records"`
 	Bytes    int64     `json:"bytes"`
 	Failures []Finding `json:"failures"`
+	// Files is set when the check read the files alone, without the index
+	// (a read-only open that cannot use it): what it did not cover, and
+	// where newest segments ended early (fileverify.go).
+	Files *FilesCheck `json:"files,omitempty"`
 }
 
 // Verify checks the database (or the anchors opts names) and reports what it
@@ -136,6 +141,9 @@ type VerifyReport struct {
 func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, error) {
 	if db.closed.Load() {
 		return VerifyReport{}, errClosed
+	}
+	if db.filesOnly() {
+		return db.verifyFiles(ctx, opts) // a read-only open without the index
 	}
 	if err := db.beginRead(ctx); err != nil {
 		return VerifyReport{}, err
@@ -168,6 +176,9 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	if err := v.prepare(); err != nil {
 		v.close()
 		return VerifyReport{}, err
+	}
+	if db.testVerifyPrepared != nil {
+		db.testVerifyPrepared()
 	}
 	err := v.run()
 	v.close()
@@ -203,6 +214,7 @@ type verifier struct {
 	hist     *histCheck            // the state at histFrom, when this run checks it
 
 	removing bool // holds db.removing (read)
+	files    bool // a check from the files alone (fileverify.go)
 
 	mu          sync.Mutex
 	findings    []Finding
@@ -293,7 +305,7 @@ func (v *verifier) prepare() error {
 	// covers (rows are applied before heads are published).
 	v.snap = db.index.NewSnapshot()
 	v.known = make(map[string]bool, len(ids))
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagAnchor}, UpperBound: []byte{tagAnchor + 1}})
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagAnchor}, UpperBound: []byte{schema.TagAnchor + 1}})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -562,7 +574,7 @@ func (v *verifier) unknownDirectories() {
 // The 'k' rows are keyRowPass's. One seek per anchor and table: the rows
 // of known anchors are passed over, not read.
 func (v *verifier) unknownAnchorRows() {
-	for _, tag := range []byte{tagIdem, tagNode, tagRetain, tagSeq} {
+	for _, tag := range []byte{schema.TagIdem, schema.TagNode, schema.TagKept, schema.TagSeq} {
 		it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tag}, UpperBound: []byte{tag + 1}})
 		if err != nil {
 			v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
@@ -572,16 +584,16 @@ func (v *verifier) unknownAnchorRows() {
 			k := it.Key()
 			end := bytes.IndexByte(k[1:], 0)
 			if end < 0 {
-				v.report(Finding{Code: errs.CodeIndexMismatch, Message: fmt.Sprintf("malformed %s key %x", rowName(k), k)})
+				v.report(Finding{Code: errs.CodeIndexMismatch, Message: fmt.Sprintf("malformed %s key %x", schema.RowName(k), k)})
 				ok = it.Next()
 				continue
 			}
 			id := string(k[1 : 1+end])
 			if !v.known[id] {
 				v.report(Finding{Code: errs.CodeIndexMismatch, Anchor: id,
-					Message: fmt.Sprintf("%s %x names anchor %q, which the index does not know", rowName(k), k, id)})
+					Message: fmt.Sprintf("%s %x names anchor %q, which the index does not know", schema.RowName(k), k, id)})
 			}
-			ok = it.SeekGE(prefixEnd(anchorScoped(tag, id)))
+			ok = it.SeekGE(schema.PrefixEnd(schema.AnchorPrefix(tag, id)))
 		}
 		err = it.Error()
 		if cerr := it.Close(); err == nil {
@@ -602,7 +614,7 @@ func (v *verifier) unknownAnchorRows() {
 // head was kept) has nothing to compare.
 func (v *verifier) auditPastHead(head snapshot.AuditHead) error {
 	db := v.db
-	_, hasHead, err := db.metaBytes(metaAudit)
+	_, hasHead, err := db.metaBytes(schema.MetaAudit)
 	if err != nil || !hasHead {
 		return err
 	}

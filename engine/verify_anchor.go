@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
@@ -26,7 +27,7 @@ type anchorCheck struct {
 	hasView bool
 	loadErr error // the anchor's state could not be loaded from the index
 
-	meta    anchorMeta
+	meta    schema.AnchorMeta
 	hasMeta bool
 	last    uint64       // L: the highest seq with an 's' row in the snapshot
 	from    *proof.Entry // trusted (size, root) from VerifyOptions.From
@@ -182,8 +183,8 @@ func (c *anchorCheck) check() error {
 			return err
 		}
 	}
-	prefix := anchorScoped(tagSeq, c.id)
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	prefix := schema.AnchorPrefix(schema.TagSeq, c.id)
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: schema.PrefixEnd(prefix)})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -230,7 +231,7 @@ func (c *anchorCheck) check() error {
 }
 
 func (c *anchorCheck) readMeta() error {
-	v, closer, err := c.v.snap.Get(anchorKey(c.id))
+	v, closer, err := c.v.snap.Get(schema.AnchorKey(c.id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil
 	}
@@ -238,7 +239,7 @@ func (c *anchorCheck) readMeta() error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "read anchor %q", c.id)
 	}
 	defer closer.Close()
-	m, err := decodeAnchorMeta(v)
+	m, err := schema.DecodeAnchorMeta(v)
 	if err != nil {
 		c.report(errs.CodeIndexMismatch, 0, "", 0, "the anchor's 'a' row is malformed: %s", errs.Message(err))
 		return nil
@@ -339,7 +340,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 
 // readOne reads and checks the record seq at row; a problem is a finding
 // and yields nil.
-func (c *anchorCheck) readOne(path string, seq uint64, row seqEntry) (*segment.Record, error) {
+func (c *anchorCheck) readOne(path string, seq uint64, row schema.Location) (*segment.Record, error) {
 	f, err := fsutil.Open(c.v.db.fs, path, false)
 	if err != nil {
 		if oserrorIsNotExist(err) {
@@ -374,19 +375,19 @@ func (c *anchorCheck) readOne(path string, seq uint64, row seqEntry) (*segment.R
 }
 
 // rowAt reads the 's' row of seq from the snapshot.
-func (c *anchorCheck) rowAt(seq uint64) (seqEntry, bool, error) {
-	v, closer, err := c.v.snap.Get(seqKey(c.id, seq))
+func (c *anchorCheck) rowAt(seq uint64) (schema.Location, bool, error) {
+	v, closer, err := c.v.snap.Get(schema.SeqKey(c.id, seq))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return seqEntry{}, false, nil
+		return schema.Location{}, false, nil
 	}
 	if err != nil {
-		return seqEntry{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read index")
+		return schema.Location{}, false, errs.Wrap(errs.CodeWriteFailed, err, "read index")
 	}
 	defer closer.Close()
-	e, err := decodeSeqEntry(v)
+	e, err := schema.DecodeLocation(v)
 	if err != nil {
 		c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %s", seq, errs.Message(err))
-		return seqEntry{}, false, nil
+		return schema.Location{}, false, nil
 	}
 	return e, true, nil
 }
@@ -419,7 +420,7 @@ func (c *anchorCheck) scan(segs []segInfo) error {
 			for m := want; m < s.segno; m++ {
 				c.report(errs.CodeChainBroken, 0, c.segPath(m), 0, "segment %d is missing (the directory has %d next)", m, s.segno)
 			}
-			c.skipRows(func(e seqEntry) bool { return e.Segno < s.segno })
+			c.skipRows(func(e schema.Location) bool { return e.Segno < s.segno })
 		}
 		want = s.segno + 1
 		newest := i == len(segs)-1
@@ -469,7 +470,7 @@ func (c *anchorCheck) scanSegment(s segInfo, newest bool) error {
 			code = errs.CodeChainBroken
 		}
 		c.report(code, c.next, s.path, 0, "segment header: %s", fe.Msg)
-		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
+		c.skipRows(func(e schema.Location) bool { return e.Segno == s.segno })
 		return nil
 	}
 	c.sc = sc
@@ -486,7 +487,7 @@ func (c *anchorCheck) scanSegment(s segInfo, newest bool) error {
 		headerOK = false
 	}
 	if !headerOK {
-		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
+		c.skipRows(func(e schema.Location) bool { return e.Segno == s.segno })
 		return nil
 	}
 	if c.resume {
@@ -504,7 +505,7 @@ func (c *anchorCheck) scanSegment(s segInfo, newest bool) error {
 			h.FirstSeq, h.PrevHash, c.next, c.prev)
 		if h.FirstSeq != c.next {
 			c.treeOK = c.treeOK && h.FirstSeq == c.next
-			c.skipRows(func(e seqEntry) bool { return e.Segno < s.segno })
+			c.skipRows(func(e schema.Location) bool { return e.Segno < s.segno })
 		}
 		c.next, c.prev = h.FirstSeq, h.PrevHash
 	}
@@ -644,7 +645,7 @@ func (c *anchorCheck) frameError(fe *segment.FrameError, newest bool) bool {
 		c.report(errs.CodeChainBroken, seq, seg.path, fe.Offset, "segment %d ends at byte %d inside record seq %d; records %d..%d of the index are missing (%s)",
 			seg.segno, seg.size, seq, seq, last, fe.Msg)
 		c.useRow(seq, row)
-		c.skipRows(func(e seqEntry) bool { return e.Segno == seg.segno })
+		c.skipRows(func(e schema.Location) bool { return e.Segno == seg.segno })
 		return false
 	}
 	code := fe.Code
@@ -656,7 +657,7 @@ func (c *anchorCheck) frameError(fe *segment.FrameError, newest bool) bool {
 	c.report(code, seq, seg.path, fe.Offset, "%s", fe.Msg)
 	c.useRow(seq, row)
 	if row.Offset != fe.Offset || end > seg.size {
-		c.skipRows(func(e seqEntry) bool { return e.Segno == seg.segno })
+		c.skipRows(func(e schema.Location) bool { return e.Segno == seg.segno })
 		return false
 	}
 	// Go on after the damaged frame, where the index says it ends, linking
@@ -667,7 +668,7 @@ func (c *anchorCheck) frameError(fe *segment.FrameError, newest bool) bool {
 
 // useRow stands the index's row in for a record whose frame cannot be read,
 // so the chain and the tree can go on past it.
-func (c *anchorCheck) useRow(seq uint64, row seqEntry) {
+func (c *anchorCheck) useRow(seq uint64, row schema.Location) {
 	c.unreadable[seq] = true
 	c.leaf(seq, row.Hash, row.Counter, row.Offset)
 	c.lastCt = row.Counter
@@ -676,13 +677,13 @@ func (c *anchorCheck) useRow(seq uint64, row seqEntry) {
 
 // skipRows consumes the rows for which in is true (at the cursor, in
 // order), standing them in for records that cannot be read.
-func (c *anchorCheck) skipRows(in func(seqEntry) bool) {
+func (c *anchorCheck) skipRows(in func(schema.Location) bool) {
 	for {
 		seq, row, ok := c.rows.current()
 		if !ok || seq > c.last {
 			return
 		}
-		e, err := decodeSeqEntry(row)
+		e, err := schema.DecodeLocation(row)
 		if err != nil || !in(e) {
 			return
 		}

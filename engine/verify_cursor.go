@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -52,7 +53,7 @@ func (r *seqCursor) load() {
 // are records no segment holds where they should be.
 func (r *seqCursor) skipTo(seq uint64) {
 	first, n := uint64(0), uint64(0)
-	var at seqEntry
+	var at schema.Location
 	for {
 		s, row, ok := r.current()
 		if !ok || s >= seq {
@@ -60,7 +61,7 @@ func (r *seqCursor) skipTo(seq uint64) {
 		}
 		if n == 0 {
 			first = s
-			at, _ = decodeSeqEntry(row)
+			at, _ = schema.DecodeLocation(row)
 		}
 		n++
 		r.valid = r.it.Next()
@@ -76,20 +77,20 @@ func (r *seqCursor) skipTo(seq uint64) {
 // rows before it without a word (an incremental check trusts them).
 func (r *seqCursor) seek(seq uint64) {
 	r.started = true
-	r.valid = r.it.SeekGE(seqKey(r.c.id, seq))
+	r.valid = r.it.SeekGE(schema.SeqKey(r.c.id, seq))
 	r.load()
 }
 
 // peek returns the row of seq without consuming it.
-func (r *seqCursor) peek(seq uint64) (seqEntry, bool) {
+func (r *seqCursor) peek(seq uint64) (schema.Location, bool) {
 	r.skipTo(seq)
 	s, row, ok := r.current()
 	if !ok || s != seq {
-		return seqEntry{}, false
+		return schema.Location{}, false
 	}
-	e, err := decodeSeqEntry(row)
+	e, err := schema.DecodeLocation(row)
 	if err != nil {
-		return seqEntry{}, false
+		return schema.Location{}, false
 	}
 	return e, true
 }

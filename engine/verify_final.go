@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -15,14 +16,14 @@ import (
 // index has and the segments do not.
 func (c *anchorCheck) missingRecords() {
 	first, n := uint64(0), uint64(0)
-	var at seqEntry
+	var at schema.Location
 	for {
 		seq, _, ok := c.rows.current()
 		if !ok {
 			break
 		}
 		row, _ := c.rows.take(seq) // NB: a copy; the iterator's bytes move on
-		e, err := decodeSeqEntry(row)
+		e, err := schema.DecodeLocation(row)
 		if err != nil {
 			c.report(errs.CodeIndexMismatch, seq, "", 0, "'s' row of seq %d is malformed: %s", seq, errs.Message(err))
 			continue
@@ -109,8 +110,8 @@ func (c *anchorCheck) checkNodes() error {
 		}
 		return 0
 	})
-	prefix := anchorScoped(tagNode, c.id)
-	it, err := c.v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	prefix := schema.AnchorPrefix(schema.TagNode, c.id)
+	it, err := c.v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: schema.PrefixEnd(prefix)})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -118,11 +119,11 @@ func (c *anchorCheck) checkNodes() error {
 	i := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if len(k) != len(prefix)+9 {
+		level, index, good := schema.ParseNodeKey(len(prefix), k)
+		if !good {
 			c.report(errs.CodeIndexMismatch, 0, "", 0, "malformed 'n' row key %x", k)
 			continue
 		}
-		level, index := k[len(prefix)], be.Uint64(k[len(prefix)+1:])
 		if c.start > 1 && (index+1)<<level < c.start {
 			continue // completed before the trusted size: not re-derived
 		}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -121,15 +122,15 @@ func (c *anchorCheck) noteHistRecord(rec *segment.Record, truncated bool) {
 func (c *anchorCheck) noteHistVersion(rec *segment.Record, truncated bool) {
 	b := c.histBatch()
 	var val [histValueSize]byte
-	val[0] = verPut
+	val[0] = schema.VersionPut
 	if rec.Type == segment.TypeDelete {
-		val[0] = verDelete
+		val[0] = schema.VersionDelete
 	}
 	be.PutUint64(val[1:], rec.Seq)
 	if truncated {
 		val[9] = 1
 	}
-	c.scratch = appendVersionKey(c.scratch[:0], rec.Key, rec.Counter, c.id)
+	c.scratch = schema.AppendVersionKey(c.scratch[:0], rec.Key, rec.Counter, c.id)
 	_ = b.Set(c.scratch, val[:], nil)
 	c.flushHist(false)
 }
@@ -154,7 +155,7 @@ func (c *anchorCheck) noteHistStub(st *segment.Stub) {
 		case st.FirstSeq <= hf:
 			// The stub's last version of the key is past the frontier;
 			// one inside it, if any, went with the segment.
-			c.scratch = appendKeyPrefix(c.scratch[:0], rec.Key)
+			c.scratch = schema.AppendKeyPrefix(c.scratch[:0], rec.Key)
 			_ = c.hb.Set(c.scratch, nil, nil)
 		}
 	}
@@ -180,7 +181,7 @@ func (v *verifier) checkHistoryFrom() {
 		seq := v.histFrom[id]
 		if !v.known[id] {
 			v.report(Finding{Code: errs.CodeIndexMismatch, Anchor: id, Seq: seq, Message: fmt.Sprintf(
-				"the %s row names anchor %q, which the index does not know", metaHistoryFrom, id)})
+				"the %s row names anchor %q, which the index does not know", schema.MetaHistoryFrom, id)})
 			covered = false
 			continue
 		}
@@ -190,7 +191,7 @@ func (v *verifier) checkHistoryFrom() {
 			continue
 		}
 		if seq > c.last {
-			c.report(errs.CodeIndexMismatch, seq, "", 0, "the %s row names seq %d, beyond its head (seq %d)", metaHistoryFrom, seq, c.last)
+			c.report(errs.CodeIndexMismatch, seq, "", 0, "the %s row names seq %d, beyond its head (seq %d)", schema.MetaHistoryFrom, seq, c.last)
 			covered = false
 			continue
 		}
@@ -219,7 +220,7 @@ func (v *verifier) compareHistory() error {
 		return errs.Wrap(errs.CodeWriteFailed, err, "verify store")
 	}
 	defer xi.Close()
-	yi, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	yi, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 	if err != nil {
 		return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -229,14 +230,14 @@ func (v *verifier) compareHistory() error {
 	below := func(ok bool) bool {
 		for ; ok; ok = yi.Next() {
 			var good bool
-			if anchor, good = versionKeyAnchor(anchor[:0], yi.Key()); !good {
+			if anchor, good = schema.VersionKeyAnchor(anchor[:0], yi.Key()); !good {
 				continue // keyRowPass reports it
 			}
 			hf, in := v.histFrom[string(anchor)]
 			if !in {
 				continue
 			}
-			if ve, err := decodeVersionEntry(yi.Value()); err == nil && ve.Seq <= hf {
+			if ve, err := schema.DecodeVersion(yi.Value()); err == nil && ve.Seq <= hf {
 				return true
 			}
 		}
@@ -263,7 +264,7 @@ func (v *verifier) compareHistory() error {
 		if cmp < 0 {
 			k = xi.Key()
 		}
-		p, ok := versionKeyPrefixLen(k)
+		p, ok := schema.VersionKeyPrefixLen(k)
 		if !ok {
 			// Not a version key: a malformed index row (keyRowPass
 			// reports it), never one of the store's.
@@ -281,7 +282,7 @@ func (v *verifier) compareHistory() error {
 		}
 		var counter uint64
 		var err error
-		if kbuf, abuf, counter, err = appendVersionKeyParts(kbuf[:0], abuf[:0], k); err != nil {
+		if kbuf, abuf, counter, err = schema.AppendVersionKeyParts(kbuf[:0], abuf[:0], k); err != nil {
 			yok = below(yi.Next())
 			continue
 		}
@@ -290,7 +291,7 @@ func (v *verifier) compareHistory() error {
 		case cmp < 0:
 			typ, seq, truncated := decodeHistValue(xi.Value())
 			switch {
-			case typ == verDelete:
+			case typ == schema.VersionDelete:
 				c.reportHist(seq, truncated, "the index has no 'k' row for the delete of key %q at seq %d (counter %d), below the rebuilt frontier: a rebuild from a snapshot indexes every delete up to it",
 					key, seq, counter)
 			case !stateSeen && !uncertain:
@@ -300,17 +301,17 @@ func (v *verifier) compareHistory() error {
 			stateSeen = true
 			xok = xi.Next()
 		case cmp > 0:
-			ve, _ := decodeVersionEntry(yi.Value())
+			ve, _ := schema.DecodeVersion(yi.Value())
 			c.reportHist(ve.Seq, false, "'k' row %x of key %q names seq %d below the rebuilt frontier, which is no put or delete of that key and counter",
 				k, key, ve.Seq)
 			yok = below(yi.Next())
 		default:
 			typ, seq, truncated := decodeHistValue(xi.Value())
-			if typ == verPut && stateSeen {
+			if typ == schema.VersionPut && stateSeen {
 				c.reportHist(seq, truncated, "'k' row of key %q seq %d (counter %d) below the rebuilt frontier: a later version inside it supersedes it, and a rebuild from a snapshot indexes only the state there",
 					key, seq, counter)
 			}
-			if versionKind(yi.Value()) == versionLocated {
+			if schema.KindOf(yi.Value()) == schema.Located {
 				c.reportHist(seq, truncated, "'k' row of key %q seq %d below the rebuilt frontier says where its record is: a rebuild from a snapshot writes no such row there",
 					key, seq)
 			}
@@ -344,27 +345,4 @@ func (c *anchorCheck) reportHist(seq uint64, truncated bool, format string, args
 		}
 	}
 	c.report(errs.CodeIndexMismatch, seq, path, off, format, args...)
-}
-
-// versionKeyPrefixLen returns the length of the prefix a 'k' row key shares
-// with every version of its key: 'k' ‖ esc(key) ‖ 0x00 0x01.
-func versionKeyPrefixLen(k []byte) (int, bool) {
-	if len(k) == 0 || k[0] != tagKey {
-		return 0, false
-	}
-	for i := 1; ; {
-		j := bytes.IndexByte(k[i:], 0)
-		if j < 0 || i+j+1 >= len(k) {
-			return 0, false
-		}
-		i += j
-		switch k[i+1] {
-		case 0x01:
-			return i + 2, true
-		case 0xFF:
-			i += 2
-		default:
-			return 0, false
-		}
-	}
 }

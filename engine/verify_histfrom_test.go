@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -21,14 +22,14 @@ import (
 // deleteKeyRows deletes every 'k' row of the open database's index.
 func deleteKeyRows(t *testing.T, db *DB) {
 	t.Helper()
-	if err := db.index.DeleteRange([]byte{tagKey}, []byte{tagKey + 1}, pebble.NoSync); err != nil {
+	if err := db.index.DeleteRange([]byte{schema.TagKey}, []byte{schema.TagKey + 1}, pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func setHistoryFrom(t *testing.T, db *DB, m map[string]uint64) {
 	t.Helper()
-	setRow(t, db, metaKey(metaHistoryFrom), encodeHistoryFrom(m))
+	setRow(t, db, schema.MetaKey(schema.MetaHistoryFrom), schema.EncodeHistoryFrom(m))
 }
 
 func TestVerifyHistoryFromForged(t *testing.T) {
@@ -67,11 +68,11 @@ func TestVerifyHistoryFromForged(t *testing.T) {
 // the state, or a delete (the rebuild writes every delete below the
 // frontier).
 func TestVerifyHistoryFromMissingRow(t *testing.T) {
-	for _, typ := range []byte{verPut, verDelete} {
+	for _, typ := range []byte{schema.VersionPut, schema.VersionDelete} {
 		t.Run(fmt.Sprintf("type=%d", typ), func(t *testing.T) {
 			db, rows := deferredFixture(t)
 			for _, r := range rows["a1"] {
-				ve, err := decodeVersionEntry(r[1])
+				ve, err := schema.DecodeVersion(r[1])
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -80,7 +81,7 @@ func TestVerifyHistoryFromMissingRow(t *testing.T) {
 				}
 				setRow(t, db, r[0], nil)
 				text := "at the rebuilt frontier"
-				if typ == verDelete {
+				if typ == schema.VersionDelete {
 					text = "the delete of key"
 				}
 				wantFinding(t, db, errs.CodeIndexMismatch, "a1", ve.Seq, text)
@@ -108,13 +109,13 @@ func TestVerifyHistoryFromExtraVersion(t *testing.T) {
 		if rec.Type != segment.TypePut || len(rec.Value) > fixtureOptions(nil).InlineValueMax {
 			continue
 		}
-		k := versionKey(rec.Key, rec.Counter, "a1")
+		k := schema.VersionKey(rec.Key, rec.Counter, "a1")
 		if _, closer, err := db.index.Get(k); err == nil {
 			closer.Close()
 			continue // the state's version
 		}
-		ve := versionEntry{Type: verPut, Seq: rec.Seq, Time: rec.Time.UnixNano(), Hash: rec.Hash, Inline: true, Value: slices.Clone(rec.Value)}
-		setRow(t, db, k, ve.encode(nil))
+		ve := schema.Version{Type: schema.VersionPut, Seq: rec.Seq, Time: rec.Time.UnixNano(), Hash: rec.Hash, Inline: true, Value: slices.Clone(rec.Value)}
+		setRow(t, db, k, ve.Append(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", rec.Seq, "supersedes")
 		return
 	}

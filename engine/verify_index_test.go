@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -90,34 +91,34 @@ func getRow(t *testing.T, db *DB, k []byte) []byte {
 func TestVerifyIndexDamage(t *testing.T) {
 	t.Run("seq row missing", func(t *testing.T) {
 		db, _ := verifyFixture(t)
-		setRow(t, db, seqKey("a1", 57), nil)
+		setRow(t, db, schema.SeqKey("a1", 57), nil)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", 57, "no 's' row")
 	})
 	t.Run("seq row wrong", func(t *testing.T) {
 		db, _ := verifyFixture(t)
-		e, _, _ := db.seqEntry("a2", 99)
+		e, _, _ := db.location("a2", 99)
 		e.Counter++
-		setRow(t, db, seqKey("a2", 99), e.encode(nil))
+		setRow(t, db, schema.SeqKey("a2", 99), e.Append(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a2", 99, "'s' row of seq 99")
 	})
 	t.Run("seq row extra", func(t *testing.T) {
 		db, _ := verifyFixture(t)
-		e, _, _ := db.seqEntry("a0", 300)
+		e, _, _ := db.location("a0", 300)
 		e.Offset += 1000
-		setRow(t, db, seqKey("a0", 301), e.encode(nil))
+		setRow(t, db, schema.SeqKey("a0", 301), e.Append(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a0", 301, "past the anchor's head")
 		wantFinding(t, db, errs.CodeChainBroken, "a0", 301, "in the index but not in the segments")
 	})
 	t.Run("key row missing", func(t *testing.T) {
 		db, recs := verifyFixture(t)
 		r := recs["a1"][40]
-		setRow(t, db, versionKey(r.Key, r.Counter, "a1"), nil)
+		setRow(t, db, schema.VersionKey(r.Key, r.Counter, "a1"), nil)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", r.Seq, "no 'k' row")
 	})
 	t.Run("key row wrong value", func(t *testing.T) {
 		db, recs := verifyFixture(t)
 		r := recs["a2"][10]
-		k := versionKey(r.Key, r.Counter, "a2")
+		k := schema.VersionKey(r.Key, r.Counter, "a2")
 		v := getRow(t, db, k)
 		v[len(v)-1] ^= 1 // the inline value
 		setRow(t, db, k, v)
@@ -126,15 +127,15 @@ func TestVerifyIndexDamage(t *testing.T) {
 	t.Run("key row extra", func(t *testing.T) {
 		db, recs := verifyFixture(t)
 		r := recs["a0"][12]
-		v := getRow(t, db, versionKey(r.Key, r.Counter, "a0"))
-		setRow(t, db, versionKey([]byte("never-written"), r.Counter, "a0"), v)
+		v := getRow(t, db, schema.VersionKey(r.Key, r.Counter, "a0"))
+		setRow(t, db, schema.VersionKey([]byte("never-written"), r.Counter, "a0"), v)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a0", r.Seq, "not implied by any record")
 	})
 	t.Run("key row of an unknown anchor", func(t *testing.T) {
 		db, recs := verifyFixture(t)
 		r := recs["a0"][12]
-		v := getRow(t, db, versionKey(r.Key, r.Counter, "a0"))
-		setRow(t, db, versionKey(r.Key, r.Counter, "ghost"), v)
+		v := getRow(t, db, schema.VersionKey(r.Key, r.Counter, "a0"))
+		setRow(t, db, schema.VersionKey(r.Key, r.Counter, "ghost"), v)
 		wantFinding(t, db, errs.CodeIndexMismatch, "ghost", 0, "does not know")
 	})
 	t.Run("idempotency row missing and wrong", func(t *testing.T) {
@@ -145,8 +146,8 @@ func TestVerifyIndexDamage(t *testing.T) {
 				withKey = append(withKey, r)
 			}
 		}
-		setRow(t, db, idemKey("a1", withKey[3].IdempotencyKey), nil)
-		k := idemKey("a1", withKey[5].IdempotencyKey)
+		setRow(t, db, schema.IdemKey("a1", withKey[3].IdempotencyKey), nil)
+		k := schema.IdemKey("a1", withKey[5].IdempotencyKey)
 		v := getRow(t, db, k)
 		v[len(v)-1] ^= 1 // the fingerprint
 		setRow(t, db, k, v)
@@ -155,24 +156,24 @@ func TestVerifyIndexDamage(t *testing.T) {
 	})
 	t.Run("tree node wrong, missing, extra", func(t *testing.T) {
 		db, _ := verifyFixture(t)
-		v := getRow(t, db, nodeKey("a0", 8, 0))
+		v := getRow(t, db, schema.NodeKey("a0", 8, 0))
 		v[0] ^= 1
-		setRow(t, db, nodeKey("a0", 8, 0), v)
-		setRow(t, db, nodeKey("a1", 8, 0), nil)
-		setRow(t, db, nodeKey("a2", 8, 5), v)
+		setRow(t, db, schema.NodeKey("a0", 8, 0), v)
+		setRow(t, db, schema.NodeKey("a1", 8, 0), nil)
+		setRow(t, db, schema.NodeKey("a2", 8, 5), v)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a0", 256, "'n' row of tree node level 8 index 0")
 		wantFinding(t, db, errs.CodeIndexMismatch, "a1", 256, "no 'n' row")
 		wantFinding(t, db, errs.CodeIndexMismatch, "a2", 6*256, "does not complete")
 	})
 	t.Run("anchor row wrong", func(t *testing.T) {
 		db, _ := verifyFixture(t)
-		v := getRow(t, db, anchorKey("a2"))
-		m, err := decodeAnchorMeta(v)
+		v := getRow(t, db, schema.AnchorKey("a2"))
+		m, err := schema.DecodeAnchorMeta(v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		m.ActiveSegno += 3
-		setRow(t, db, anchorKey("a2"), m.encode(nil))
+		setRow(t, db, schema.AnchorKey("a2"), m.Append(nil))
 		wantFinding(t, db, errs.CodeIndexMismatch, "a2", 0, "'a' row names active segment")
 	})
 	t.Run("in-memory tree wrong", func(t *testing.T) {
@@ -189,7 +190,7 @@ func TestVerifyIndexDamage(t *testing.T) {
 	})
 	t.Run("anchor the index lost", func(t *testing.T) {
 		db, _ := verifyFixture(t)
-		setRow(t, db, anchorKey("a0"), nil)
+		setRow(t, db, schema.AnchorKey("a0"), nil)
 		wantFinding(t, db, errs.CodeIndexMismatch, "a0", 0, "which the index does not know")
 	})
 }
@@ -210,8 +211,8 @@ func TestVerifyOptions(t *testing.T) {
 		t.Fatalf("bad anchor: %v", err)
 	}
 	for _, a := range []string{"a0", "a1", "a2"} {
-		setRow(t, db, seqKey(a, 7), nil)
-		setRow(t, db, seqKey(a, 9), nil)
+		setRow(t, db, schema.SeqKey(a, 7), nil)
+		setRow(t, db, schema.SeqKey(a, 9), nil)
 	}
 	rep, err = db.Verify(ctx, VerifyOptions{})
 	if err != nil || len(rep.Failures) < 6 {

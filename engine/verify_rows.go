@@ -8,14 +8,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// The index rows a record implies are whatever indexRecord writes for it —
+// The index rows a record implies are whatever schema.RecordRows writes for it —
 // the one definition shared by commits, recovery and rebuilds. Verification
-// runs indexRecord into a scratch batch for every record it reads and
+// runs schema.RecordRows into a scratch batch for every record it reads and
 // compares what comes out with the snapshot:
 //
 //   - 's' rows, which are in seq order like the records, one by one;
@@ -25,7 +26,7 @@ import (
 //     hash/maphash with a seed drawn for each run, so the rows of a damaged
 //     index cannot be arranged to cancel out. Only when the sums differ are
 //     the anchor's rows matched one by one, to name each bad row;
-//   - any other row, in case indexRecord learns a new kind, by a lookup.
+//   - any other row, in case schema.RecordRows learns a new kind, by a lookup.
 //
 // An incremental check (VerifyOptions.From) sees only part of an anchor's
 // records, so it looks every expected row up instead, and does not look for
@@ -58,7 +59,7 @@ func (c *anchorCheck) expectRows(rec *segment.Record, offset int64, size int) er
 		c.batch = db.index.NewBatch()
 	}
 	c.batch.Reset()
-	c.scratch = indexRecord(c.batch, rec, c.seg.segno, offset, size, db.opts.InlineValueMax, c.scratch)
+	c.scratch = schema.RecordRows(c.batch, c.batch, rec, c.seg.segno, offset, size, db.opts.InlineValueMax, c.scratch)
 	r := c.batch.Reader()
 	for {
 		_, k, val, ok, err := r.Next()
@@ -70,14 +71,14 @@ func (c *anchorCheck) expectRows(rec *segment.Record, offset int64, size int) er
 		}
 		switch {
 		case len(k) == 0:
-		case k[0] == tagKey && rec.Seq <= c.v.histFrom[c.id]:
+		case k[0] == schema.TagKey && rec.Seq <= c.v.histFrom[c.id]:
 			// A rebuild from a snapshot wrote the state at its frontier,
 			// not the history below it: checkDeferred checks what it wrote.
-		case k[0] == tagSeq:
+		case k[0] == schema.TagSeq:
 			c.checkSeqRow(rec, offset, k, val)
-		case k[0] == tagKey && !c.exactRows:
+		case k[0] == schema.TagKey && !c.exactRows:
 			c.kExpect.add(&c.v.seeds, &c.dbuf, k, val)
-		case k[0] == tagIdem && !c.exactRows:
+		case k[0] == schema.TagIdem && !c.exactRows:
 			c.iExpect.add(&c.v.seeds, &c.dbuf, k, val)
 		default:
 			if err := c.lookupRow(rec, offset, k, val); err != nil {
@@ -94,13 +95,13 @@ func (c *anchorCheck) checkSeqRow(rec *segment.Record, offset int64, k, want []b
 		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "no 's' row for seq %d", rec.Seq)
 		return
 	}
-	// NB: the key is seqKey(anchor, seq) by construction, and the cursor
+	// NB: the key is schema.SeqKey(anchor, seq) by construction, and the cursor
 	// matched the seq: only the value can differ.
 	if bytes.Equal(row, want) {
 		return
 	}
-	got, err := decodeSeqEntry(row)
-	exp, _ := decodeSeqEntry(want)
+	got, err := schema.DecodeLocation(row)
+	exp, _ := schema.DecodeLocation(want)
 	msg := fmt.Sprintf("is malformed: %v", err)
 	if err == nil {
 		msg = fmt.Sprintf("says segment %d offset %d size %d counter %d hash %s; the record is at segment %d offset %d size %d with counter %d hash %s",
@@ -113,7 +114,7 @@ func (c *anchorCheck) checkSeqRow(rec *segment.Record, offset int64, k, want []b
 func (c *anchorCheck) lookupRow(rec *segment.Record, offset int64, k, want []byte) error {
 	got, closer, err := c.v.snap.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
-		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "no %s for seq %d", rowName(k), rec.Seq)
+		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "no %s for seq %d", schema.RowName(k), rec.Seq)
 		return nil
 	}
 	if err != nil {
@@ -121,7 +122,7 @@ func (c *anchorCheck) lookupRow(rec *segment.Record, offset int64, k, want []byt
 	}
 	defer closer.Close()
 	if !sameRow(k, got, want, rec.Value) {
-		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "%s disagrees with record seq %d", rowName(k), rec.Seq)
+		c.report(errs.CodeIndexMismatch, rec.Seq, c.seg.path, offset, "%s disagrees with record seq %d", schema.RowName(k), rec.Seq)
 	}
 	return nil
 }
@@ -134,11 +135,11 @@ func sameRow(k, got, want, value []byte) bool {
 	if bytes.Equal(got, want) {
 		return true
 	}
-	if len(k) == 0 || k[0] != tagKey {
+	if len(k) == 0 || k[0] != schema.TagKey {
 		return false
 	}
-	g, err1 := decodeVersionEntry(got)
-	w, err2 := decodeVersionEntry(want)
+	g, err1 := schema.DecodeVersion(got)
+	w, err2 := schema.DecodeVersion(want)
 	if err1 != nil || err2 != nil {
 		return false
 	}
@@ -146,15 +147,7 @@ func sameRow(k, got, want, value []byte) bool {
 		return false
 	}
 	g.Inline, g.Value, w.Inline, w.Value = false, nil, false, nil
-	return bytes.Equal(g.encode(nil), w.encode(nil))
-}
-
-// rowName names the kind of an index row for messages.
-func rowName(k []byte) string {
-	if len(k) == 0 {
-		return "index row"
-	}
-	return fmt.Sprintf("'%c' row", k[0])
+	return bytes.Equal(g.Append(nil), w.Append(nil))
 }
 
 // keyRowPass digests every 'k' row of the snapshot per anchor. It runs as
@@ -164,7 +157,7 @@ func (v *verifier) keyRowPass() {
 	for _, c := range v.jobs {
 		v.kActual[c.id] = &rowDigest{}
 	}
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 	if err != nil {
 		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
 		return
@@ -178,7 +171,7 @@ func (v *verifier) keyRowPass() {
 		}
 		k := it.Key()
 		var good bool
-		if anchor, good = versionKeyAnchor(anchor[:0], k); !good {
+		if anchor, good = schema.VersionKeyAnchor(anchor[:0], k); !good {
 			v.report(Finding{Code: errs.CodeIndexMismatch, Message: fmt.Sprintf("malformed 'k' row key %x", k)})
 			continue
 		}
@@ -191,14 +184,14 @@ func (v *verifier) keyRowPass() {
 			continue
 		}
 		var later *rowSpill
-		switch versionKind(it.Value()) {
-		case versionRetained:
+		switch schema.KindOf(it.Value()) {
+		case schema.Kept:
 			later = v.retained
-		case versionDeferred:
+		case schema.Deferred:
 			later = v.deferred
 		}
 		if later != nil {
-			ve, _ := decodeVersionEntry(it.Value())
+			ve, _ := schema.DecodeVersion(it.Value())
 			if err := later.add(anchor, ve.Seq, k, it.Value()); err != nil {
 				v.fail(err)
 				return
@@ -210,37 +203,6 @@ func (v *verifier) keyRowPass() {
 	if err := it.Error(); err != nil {
 		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
 	}
-}
-
-// versionKeyAnchor appends to dst the anchor id of a 'k' row key:
-// 'k' ‖ esc(key) ‖ 0x00 0x01 ‖ ^counter ‖ desc(anchor) ‖ 0xFF.
-func versionKeyAnchor(dst, k []byte) ([]byte, bool) {
-	if len(k) < 1+2+8+2 || k[0] != tagKey || k[len(k)-1] != 0xFF {
-		return dst, false
-	}
-	i := 1
-	for {
-		j := bytes.IndexByte(k[i:], 0)
-		if j < 0 || i+j+1 >= len(k) {
-			return dst, false
-		}
-		i += j
-		if k[i+1] == 0x01 {
-			break
-		}
-		if k[i+1] != 0xFF {
-			return dst, false
-		}
-		i += 2
-	}
-	rest := k[i+2:]
-	if len(rest) < 8+2 {
-		return dst, false
-	}
-	for _, b := range rest[8 : len(rest)-1] {
-		dst = append(dst, 0xFF-b)
-	}
-	return dst, true
 }
 
 // compareKeyRows compares each fully checked anchor's expected 'k' rows with
@@ -263,14 +225,14 @@ func (v *verifier) compareKeyRows() {
 	}
 	want := make(map[string]map[string]expectedRow, len(differ))
 	for _, c := range differ {
-		rows, err := c.expectedRows(tagKey)
+		rows, err := c.expectedRows(schema.TagKey)
 		if err != nil {
 			v.fail(err)
 			return
 		}
 		want[c.id] = rows
 	}
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{tagKey}, UpperBound: []byte{tagKey + 1}})
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: []byte{schema.TagKey}, UpperBound: []byte{schema.TagKey + 1}})
 	if err != nil {
 		v.fail(errs.Wrap(errs.CodeWriteFailed, err, "index iterator"))
 		return
@@ -279,11 +241,11 @@ func (v *verifier) compareKeyRows() {
 	var anchor []byte
 	for ok := it.First(); ok; ok = it.Next() {
 		var good bool
-		if anchor, good = versionKeyAnchor(anchor[:0], it.Key()); !good {
+		if anchor, good = schema.VersionKeyAnchor(anchor[:0], it.Key()); !good {
 			continue
 		}
 		rows := want[string(anchor)]
-		if rows == nil || versionKind(it.Value()) != versionLocated {
+		if rows == nil || schema.KindOf(it.Value()) != schema.Located {
 			continue
 		}
 		v.byID[string(anchor)].matchRow(rows, it.Key(), it.Value())
@@ -302,9 +264,9 @@ func (c *anchorCheck) checkIdemRows() error {
 	if c.exactRows || c.v.halted() {
 		return nil
 	}
-	prefix := anchorScoped(tagIdem, c.id)
+	prefix := schema.AnchorPrefix(schema.TagIdem, c.id)
 	scan := func(each func(k, v []byte)) error {
-		it, err := c.v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+		it, err := c.v.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: schema.PrefixEnd(prefix)})
 		if err != nil {
 			return errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 		}
@@ -321,7 +283,7 @@ func (c *anchorCheck) checkIdemRows() error {
 	if err := scan(func(k, v []byte) {
 		// The 'i' rows of truncated records outlive them (a key once used
 		// is never freed): each must be one the record's stub implies.
-		if e, err := decodeIdemEntry(v); err == nil && c.truncated(e.Seq) {
+		if e, err := schema.DecodeIdem(v); err == nil && c.truncated(e.Seq) {
 			c.matchStubIdem(k, v, e.Seq)
 			return
 		}
@@ -333,12 +295,12 @@ func (c *anchorCheck) checkIdemRows() error {
 	if got == c.iExpect {
 		return nil
 	}
-	rows, err := c.expectedRows(tagIdem)
+	rows, err := c.expectedRows(schema.TagIdem)
 	if err != nil {
 		return err
 	}
 	if err := scan(func(k, v []byte) {
-		if e, err := decodeIdemEntry(v); err == nil && c.truncated(e.Seq) {
+		if e, err := schema.DecodeIdem(v); err == nil && c.truncated(e.Seq) {
 			return
 		}
 		c.matchRow(rows, k, v)
@@ -381,8 +343,8 @@ type expectedRow struct {
 func (c *anchorCheck) expectedRows(tag byte) (map[string]expectedRow, error) {
 	db, v := c.v.db, c.v
 	out := make(map[string]expectedRow)
-	prefix := anchorScoped(tagSeq, c.id)
-	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: seqKey(c.id, c.start), UpperBound: prefixEnd(prefix)})
+	prefix := schema.AnchorPrefix(schema.TagSeq, c.id)
+	it, err := v.snap.NewIter(&pebble.IterOptions{LowerBound: schema.SeqKey(c.id, c.start), UpperBound: schema.PrefixEnd(prefix)})
 	if err != nil {
 		return nil, errs.Wrap(errs.CodeWriteFailed, err, "index iterator")
 	}
@@ -397,18 +359,18 @@ func (c *anchorCheck) expectedRows(tag byte) (map[string]expectedRow, error) {
 		if err != nil || row.seq > c.last || c.unreadable[row.seq] || row.Size == 0 {
 			continue
 		}
-		if tag == tagKey && row.seq <= v.histFrom[c.id] {
+		if tag == schema.TagKey && row.seq <= v.histFrom[c.id] {
 			// As in expectRows: a rebuild from a snapshot wrote the state
 			// there, not these rows (checkHistoryFrom checks what it wrote).
 			continue
 		}
-		rec, err := fr.read(row.seq, row.seqEntry)
+		rec, err := fr.read(row.seq, row.Location)
 		if err != nil {
 			c.unreadable[row.seq] = true
 			continue
 		}
 		batch.Reset()
-		scratch = indexRecord(batch, &rec, row.Segno, row.Offset, int(row.Size), db.opts.InlineValueMax, scratch)
+		scratch = schema.RecordRows(batch, batch, &rec, row.Segno, row.Offset, int(row.Size), db.opts.InlineValueMax, scratch)
 		r := batch.Reader()
 		for {
 			_, k, val, ok, err := r.Next()
@@ -430,7 +392,7 @@ func (c *anchorCheck) expectedRows(tag byte) (map[string]expectedRow, error) {
 func (c *anchorCheck) matchRow(rows map[string]expectedRow, k, got []byte) {
 	w, ok := rows[string(k)]
 	if !ok {
-		seq, loc := rowSeq(k, got), ""
+		seq, loc := schema.RowSeq(k, got), ""
 		if c.unreadable[seq] {
 			return // its record is already reported
 		}
@@ -439,13 +401,13 @@ func (c *anchorCheck) matchRow(rows map[string]expectedRow, k, got []byte) {
 				loc = c.segPath(e.Segno)
 			}
 		}
-		c.report(errs.CodeIndexMismatch, seq, loc, 0, "%s %x is not implied by any record (it names seq %d)", rowName(k), k, seq)
+		c.report(errs.CodeIndexMismatch, seq, loc, 0, "%s %x is not implied by any record (it names seq %d)", schema.RowName(k), k, seq)
 		return
 	}
 	w.found = true
 	rows[string(k)] = w
 	if !sameRow(k, got, w.value, w.rec) {
-		c.report(errs.CodeIndexMismatch, w.seq, w.path, w.offset, "%s of record seq %d says %x; the record implies %x", rowName(k), w.seq, got, w.value)
+		c.report(errs.CodeIndexMismatch, w.seq, w.path, w.offset, "%s of record seq %d says %x; the record implies %x", schema.RowName(k), w.seq, got, w.value)
 	}
 }
 
@@ -467,41 +429,8 @@ func (c *anchorCheck) unmatched(rows map[string]expectedRow) {
 		return 0
 	})
 	for _, w := range missing {
-		c.report(errs.CodeIndexMismatch, w.seq, w.path, w.offset, "the index has no %s for record seq %d", rowName([]byte{w.tag}), w.seq)
+		c.report(errs.CodeIndexMismatch, w.seq, w.path, w.offset, "the index has no %s for record seq %d", schema.RowName([]byte{w.tag}), w.seq)
 	}
-}
-
-// rowSeq returns the seq a 'k' or 'i' row names, or 0.
-func rowSeq(k, v []byte) uint64 {
-	switch {
-	case len(k) > 0 && k[0] == tagKey:
-		if e, err := decodeVersionEntry(v); err == nil {
-			return e.Seq
-		}
-	case len(k) > 0 && k[0] == tagIdem:
-		if e, err := decodeIdemEntry(v); err == nil {
-			return e.Seq
-		}
-	}
-	return 0
-}
-
-// Kinds of 'k' rows, by what their location says.
-const (
-	versionLocated  = iota // segment, offset and size of the record
-	versionRetained        // size 0 in a segment: compaction truncated the record and kept the row
-	versionDeferred        // no segment: a rebuild from a snapshot wrote it; the 's' row says where
-)
-
-func versionKind(v []byte) int {
-	e, err := decodeVersionEntry(v)
-	switch {
-	case err != nil || e.Size != 0:
-		return versionLocated
-	case e.Segno != 0:
-		return versionRetained
-	}
-	return versionDeferred
 }
 
 // checkDeferred checks the 'k' rows a rebuild from a snapshot wrote for the
@@ -517,7 +446,7 @@ func (v *verifier) checkDeferred() {
 			fr.close()
 		}
 	}()
-	v.eachVersionRow(v.deferred, "'k' row of seq %d without a location", func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool {
+	v.eachVersionRow(v.deferred, "'k' row of seq %d without a location", func(c *anchorCheck, r retainedRow, ve schema.Version, bad func(string, ...any)) bool {
 		if ve.Seq > v.histFrom[r.anchor] {
 			bad("no rebuild from a snapshot covers it (the rebuilt range ends at seq %d)", v.histFrom[r.anchor])
 			return true
@@ -584,8 +513,8 @@ type retainedRow struct {
 // each must be the record kept in its 'r' row — whose hash is the one the
 // chain has at that seq — with its key, counter, type and value.
 func (v *verifier) checkRetained() {
-	v.eachVersionRow(v.retained, "'k' row kept for truncated seq %d", func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool {
-		frame, closer, err := v.snap.Get(retainedKey(r.anchor, ve.Seq))
+	v.eachVersionRow(v.retained, "'k' row kept for truncated seq %d", func(c *anchorCheck, r retainedRow, ve schema.Version, bad func(string, ...any)) bool {
+		frame, closer, err := v.snap.Get(schema.KeptKey(r.anchor, ve.Seq))
 		if errors.Is(err, pebble.ErrNotFound) {
 			bad("no 'r' row holds the record")
 			return true
@@ -597,7 +526,7 @@ func (v *verifier) checkRetained() {
 		defer closer.Close()
 		rec, n, err := segment.ParseFrame(r.anchor, frame)
 		var ok bool
-		var row seqEntry
+		var row schema.Location
 		if err == nil {
 			// NB: rowAt reports a malformed row itself; its error is I/O,
 			// not something the 'r' row holds.
@@ -614,7 +543,7 @@ func (v *verifier) checkRetained() {
 			bad("its 'r' row holds seq %d", rec.Seq)
 		case !ok || row.Hash != rec.Hash || ve.Hash != rec.Hash:
 			bad("the record kept has hash %s; the chain has %s", rec.Hash, row.Hash)
-		case ve.Type == verPut && !ve.Inline:
+		case ve.Type == schema.VersionPut && !ve.Inline:
 			bad("it does not hold the value inline")
 		default:
 			if why := versionDiffers(r, ve, &rec); why != "" {
@@ -628,7 +557,7 @@ func (v *verifier) checkRetained() {
 // eachVersionRow calls check for each row of a fully checked anchor, with a
 // report function whose message starts with what (which formats the seq).
 // check returns false to stop.
-func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anchorCheck, r retainedRow, ve versionEntry, bad func(string, ...any)) bool) {
+func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anchorCheck, r retainedRow, ve schema.Version, bad func(string, ...any)) bool) {
 	err := rows.each(func(r retainedRow) bool {
 		if v.halted() {
 			return false
@@ -637,7 +566,7 @@ func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anc
 		if c == nil || !c.complete {
 			return true
 		}
-		ve, _ := decodeVersionEntry(r.value)
+		ve, _ := schema.DecodeVersion(r.value)
 		bad := func(format string, args ...any) {
 			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, what+": "+format, append([]any{ve.Seq}, args...)...)
 		}
@@ -649,11 +578,11 @@ func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anc
 }
 
 // versionDiffers says how a 'k' row disagrees with its record, or "".
-func versionDiffers(r retainedRow, ve versionEntry, rec *segment.Record) string {
+func versionDiffers(r retainedRow, ve schema.Version, rec *segment.Record) string {
 	switch {
-	case !bytes.Equal(r.key, versionKey(rec.Key, rec.Counter, r.anchor)):
+	case !bytes.Equal(r.key, schema.VersionKey(rec.Key, rec.Counter, r.anchor)):
 		return "its key does not name the record's key and counter"
-	case (rec.Type == segment.TypeDelete) != (ve.Type == verDelete) || (ve.Inline && !bytes.Equal(ve.Value, rec.Value)):
+	case (rec.Type == segment.TypeDelete) != (ve.Type == schema.VersionDelete) || (ve.Inline && !bytes.Equal(ve.Value, rec.Value)):
 		return "it does not say what the record says"
 	}
 	return ""

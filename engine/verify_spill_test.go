@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -32,7 +33,7 @@ func TestVerifySpilledRows(t *testing.T) {
 		"IncrementalVerifyInsideAStub": {TestIncrementalVerifyInsideAStubAfterRebuild, false},
 		"IndexDamage":                  {TestVerifyIndexDamage, true},
 	} {
-		if raceEnabled && !test.race {
+		if testutil.RaceEnabled && !test.race {
 			continue
 		}
 		t.Run(name, test.run)

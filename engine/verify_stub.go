@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -60,7 +61,7 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 			code = errs.CodeHashMismatch
 		}
 		c.report(code, c.next, s.path, 0, "segment stub: %s", errs.Message(err))
-		c.skipRows(func(e seqEntry) bool { return e.Segno == s.segno })
+		c.skipRows(func(e schema.Location) bool { return e.Segno == s.segno })
 		return nil
 	}
 	first := st.FirstSeq
@@ -79,7 +80,7 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 	} else if st.FirstSeq != c.next || st.PrevHash != c.prev {
 		c.report(errs.CodeChainBroken, c.next, s.path, 0, "segment stub (first seq %d, prev hash %s) does not continue the chain at seq %d (%s)",
 			st.FirstSeq, st.PrevHash, c.next, c.prev)
-		c.skipRows(func(e seqEntry) bool { return e.Segno < s.segno })
+		c.skipRows(func(e schema.Location) bool { return e.Segno < s.segno })
 		c.next, c.prev = st.FirstSeq, st.PrevHash
 	}
 	c.truncs = append(c.truncs, truncRange{lo: first, hi: st.LastSeq()})
@@ -96,7 +97,7 @@ func (c *anchorCheck) scanStub(s segInfo, _ bool) error {
 		case !ok:
 			c.report(errs.CodeIndexMismatch, seq, s.path, 0, "no 's' row for truncated seq %d", seq)
 		default:
-			row, err := decodeSeqEntry(raw)
+			row, err := schema.DecodeLocation(raw)
 			switch {
 			case err != nil:
 				c.report(errs.CodeIndexMismatch, seq, s.path, 0, "'s' row of seq %d is malformed: %s", seq, errs.Message(err))
@@ -128,13 +129,13 @@ func (c *anchorCheck) expectStubRows(st *segment.Stub, path string, first uint64
 		if e.Seq < first {
 			continue
 		}
-		ie := idemEntry{Seq: e.Seq, Counter: e.Counter, Hash: st.HashAt(e.Seq), Fingerprint: e.Fingerprint}
-		k, w := idemKey(c.id, e.Key), ie.encode(nil)
+		ie := schema.Idem{Seq: e.Seq, Counter: e.Counter, Hash: st.HashAt(e.Seq), Fingerprint: e.Fingerprint}
+		k, w := schema.IdemKey(c.id, e.Key), ie.Append(nil)
 		if !c.exactRows {
 			if c.stubIdem == nil {
 				c.stubIdem = make(map[string]expectedRow)
 			}
-			c.stubIdem[string(k)] = expectedRow{value: w, seq: e.Seq, path: path, tag: tagIdem}
+			c.stubIdem[string(k)] = expectedRow{value: w, seq: e.Seq, path: path, tag: schema.TagIdem}
 			continue
 		}
 		got, ok, err := c.snapRow(k)
@@ -152,7 +153,7 @@ func (c *anchorCheck) expectStubRows(st *segment.Stub, path string, first uint64
 		if rec.Seq < first {
 			continue
 		}
-		got, ok, err := c.snapRow(retainedKey(c.id, rec.Seq))
+		got, ok, err := c.snapRow(schema.KeptKey(c.id, rec.Seq))
 		switch {
 		case err != nil:
 			return err
@@ -167,7 +168,7 @@ func (c *anchorCheck) expectStubRows(st *segment.Stub, path string, first uint64
 		if !rec.IsKV() || rec.Seq <= c.v.histFrom[c.id] {
 			continue
 		}
-		if _, ok, err := c.snapRow(versionKey(rec.Key, rec.Counter, c.id)); err != nil {
+		if _, ok, err := c.snapRow(schema.VersionKey(rec.Key, rec.Counter, c.id)); err != nil {
 			return err
 		} else if !ok {
 			c.report(errs.CodeIndexMismatch, rec.Seq, path, 0, "the index has no 'k' row for truncated seq %d, the version of key %q the stub kept", rec.Seq, rec.Key)

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -94,34 +96,34 @@ func TestVerifyTruncatedLog(t *testing.T) {
 
 	// A damaged stub.
 	path := stubs["a1"][0]
-	orig, _ := tamperRead(fs, path)
+	orig, _ := testutil.ReadFile(fs, path)
 	bad := slices.Clone(orig)
 	bad[len(bad)/2] ^= 1
-	tamperWrite(fs, path, bad)
+	testutil.WriteFile(fs, path, bad)
 	rep := wantFinding(t, db, errs.CodeHashMismatch, "a1", 1, "segment stub")
 	if rep.Failures[0].File != path || rep.Failures[0].Offset != 0 {
 		t.Fatalf("stub finding %+v", rep.Failures[0])
 	}
-	tamperWrite(fs, path, orig)
+	testutil.WriteFile(fs, path, orig)
 	db = operatorRepair(t, db, fs, opts)
 	// Verify loads every anchor's head and tree, before the rows below
 	// are altered under it.
 	check("rebuilt after the stub's repair")
 	// A truncated record's row with another hash.
-	e, _, _ := db.seqEntry("a2", 3)
+	e, _, _ := db.location("a2", 3)
 	if e.Size != 0 {
 		t.Fatalf("seq 3 of a2 is not truncated: %+v", e)
 	}
-	good := e.encode(nil)
+	good := e.Append(nil)
 	e.Hash[0] ^= 1
-	setRow(t, db, seqKey("a2", 3), e.encode(nil))
+	setRow(t, db, schema.SeqKey("a2", 3), e.Append(nil))
 	wantFinding(t, db, errs.CodeIndexMismatch, "a2", 3, "truncated seq 3")
-	setRow(t, db, seqKey("a2", 3), good)
+	setRow(t, db, schema.SeqKey("a2", 3), good)
 	// A kept version of a truncated record that says something else.
 	it, _ := db.index.NewIter(nil)
 	var k, v []byte
 	for ok := it.First(); ok; ok = it.Next() {
-		if it.Key()[0] == tagKey && versionKind(it.Value()) == versionRetained {
+		if it.Key()[0] == schema.TagKey && schema.KindOf(it.Value()) == schema.Kept {
 			k, v = slices.Clone(it.Key()), slices.Clone(it.Value())
 			break
 		}
@@ -130,11 +132,11 @@ func TestVerifyTruncatedLog(t *testing.T) {
 	if k == nil {
 		t.Fatal("no kept version of a truncated record")
 	}
-	ve, _ := decodeVersionEntry(v)
+	ve, _ := schema.DecodeVersion(v)
 	ve.Value = append(slices.Clone(ve.Value), 'X')
-	ve.Type, ve.Inline = verPut, true
-	setRow(t, db, k, ve.encode(nil))
-	_, _, anchor, _ := parseVersionKey(k)
+	ve.Type, ve.Inline = schema.VersionPut, true
+	setRow(t, db, k, ve.Append(nil))
+	_, _, anchor, _ := schema.ParseVersionKey(k)
 	wantFinding(t, db, errs.CodeIndexMismatch, anchor, ve.Seq, "kept for truncated seq")
 	setRow(t, db, k, v)
 	check("repaired")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -112,7 +113,7 @@ func buildTamperDB(t testing.TB, fs *vfs.MemFS) []*tamperFile {
 				continue
 			}
 			path := fs.PathJoin(dir, n)
-			data, err := tamperRead(fs, path)
+			data, err := testutil.ReadFile(fs, path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,40 +147,6 @@ func buildTamperDB(t testing.TB, fs *vfs.MemFS) []*tamperFile {
 		t.Fatalf("want sealed and active segments, have %d and %d", sealed, active)
 	}
 	return files
-}
-
-// cloneMemFS copies every file of src into a new MemFS.
-func cloneMemFS(t testing.TB, src *vfs.MemFS) *vfs.MemFS {
-	t.Helper()
-	dst := vfs.NewMem()
-	var walk func(dir string)
-	walk = func(dir string) {
-		names, err := src.List(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range names {
-			p := src.PathJoin(dir, n)
-			st, err := src.Stat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st.IsDir() {
-				if err := dst.MkdirAll(p, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				walk(p)
-				continue
-			}
-			data, err := tamperRead(src, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tamperWrite(dst, p, data)
-		}
-	}
-	walk("")
-	return dst
 }
 
 // tamperCase is one damage: apply changes the files, want says what a
@@ -282,8 +249,8 @@ func swapCase(f *tamperFile, i, j int) tamperCase {
 
 // runTamper applies c to fs, verifies a fresh database and restores fs.
 func runTamper(t testing.TB, fs *vfs.MemFS, c tamperCase, pristine []byte) error {
-	tamperWrite(fs, c.file, c.data)
-	defer tamperWrite(fs, c.file, pristine)
+	testutil.WriteFile(fs, c.file, c.data)
+	defer testutil.WriteFile(fs, c.file, pristine)
 	db, err := Open("db", tamperOptions(fs))
 	if err != nil {
 		return fmt.Errorf("open: %v", err)
@@ -311,7 +278,7 @@ func TestVerifyTamperEvidence(t *testing.T) {
 	files := buildTamperDB(t, base)
 	stride := 1
 	switch {
-	case raceEnabled:
+	case testutil.RaceEnabled:
 		// The race detector makes each case ten times slower, and what it
 		// looks for (two workers verifying side by side) shows in a few
 		// hundred cases; make test's run without it visits every case.
@@ -335,7 +302,10 @@ func TestVerifyTamperEvidence(t *testing.T) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
-		fs := cloneMemFS(t, base)
+		fs := vfs.NewMem()
+		if err := testutil.CopyTree(base, "", fs, ""); err != nil {
+			t.Fatal(err)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -364,27 +334,5 @@ func TestVerifyTamperEvidence(t *testing.T) {
 			t.Error(m)
 		}
 		t.Fatalf("%d of %d tamper cases missed", len(misses), len(cases))
-	}
-}
-
-// tamperRead returns the whole content of path in fs.
-func tamperRead(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
-
-// tamperWrite replaces path with data.
-func tamperWrite(fs vfs.FS, path string, data []byte) {
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err == nil {
-		_, err = f.Write(slices.Clone(data))
-		err = errors.Join(err, f.Close())
-	}
-	if err != nil {
-		panic(fmt.Sprintf("write %s: %v", path, err))
 	}
 }

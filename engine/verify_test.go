@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -87,7 +89,7 @@ func TestVerifyWhileAppending(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	if testing.Short() || raceEnabled {
+	if testing.Short() || testutil.RaceEnabled {
 		deadline = time.Now().Add(500 * time.Millisecond)
 	}
 	runs := 0
@@ -139,23 +141,23 @@ func TestVerifyDamagedAtOpen(t *testing.T) {
 	// A crash (the database is never closed), then the active segment of a1
 	// cut inside a record the index has: recovery reports it and marks a1
 	// read-only.
-	crashed := crashClone(fs, vfs.CrashCloneCfg{})
+	crashed := testutil.CrashClone(fs, vfs.CrashCloneCfg{})
 	_ = db.Close()
-	e, _, err := func() (seqEntry, bool, error) {
-		probe := mustOpen(t, crashClone(fs, vfs.CrashCloneCfg{}), memOpts(nil))
+	e, _, err := func() (schema.Location, bool, error) {
+		probe := mustOpen(t, testutil.CrashClone(fs, vfs.CrashCloneCfg{}), memOpts(nil))
 		defer probe.Close()
-		return probe.seqEntry("a1", 45)
+		return probe.location("a1", 45)
 	}()
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := crashed.PathJoin(segment.AnchorDir(crashed, "db", "a1"), segment.FileName(e.Segno))
-	data, err := tamperRead(crashed, path)
+	data, err := testutil.ReadFile(crashed, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	off := e.Offset
-	tamperWrite(crashed, path, data[:off+5])
+	testutil.WriteFile(crashed, path, data[:off+5])
 	db = mustOpen(t, crashed, memOpts(crashed))
 	defer db.Close()
 	if info, _, _ := db.AnchorInfo(context.Background(), "a1"); info.Damage == "" {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/anchordb/anchordb/engine/internal/schema"
 )
 
 // Acknowledged before applied.
@@ -101,6 +103,6 @@ func (db *DB) awaitVisible(ctx context.Context) error {
 // group: once that group is acknowledged the key is committed, though the
 // index does not hold it yet.
 type pendingIdem struct {
-	idemEntry
+	schema.Idem
 	group uint64
 }

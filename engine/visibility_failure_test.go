@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -75,7 +76,7 @@ func TestAnchorsHonoursContextWhileWaiting(t *testing.T) {
 	}
 }
 
-// VerifySnapshot reads the index (seqEntry, firstPresent): it must first
+// VerifySnapshot reads the index (schema.Location, firstPresent): it must first
 // wait for the appends acknowledged before it, or a snapshot whose frontier
 // includes one is refused as INT_003 until the applier catches up.
 func TestVerifySnapshotWaitsForApplier(t *testing.T) {
@@ -291,7 +292,7 @@ func TestReadsFailUntilReopenAfterApplierFailure(t *testing.T) {
 		}
 		return nil
 	})
-	db := mustOpen(t, errorfs.Wrap(lockOrdered(mem), inj), Options{SegmentSize: 1024})
+	db := mustOpen(t, errorfs.Wrap(testutil.LockOrdered(mem), inj), Options{SegmentSize: 1024})
 	big := make([]byte, 900)
 	if _, err := db.Put(ctx, "other", []byte("k0"), []byte("v0")); err != nil {
 		t.Fatal(err)

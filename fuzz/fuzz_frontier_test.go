@@ -18,8 +18,8 @@ import (
 // round-trips through its canonical JSON; both forms agree; and an id holds
 // only what the input spells: with no escape in the input, every decoded id
 // is there as it is, and an id holds U+FFFD only where the input spells it
-// (the stop-19 review found `{"\xff":1}` and `{"\ud800":1}` read as the
-// anchor U+FFFD; both seeds fail on that code).
+// (a decoder that reads `{"\xff":1}` or `{"\ud800":1}` as the anchor
+// U+FFFD fails on both seeds).
 func FuzzFrontierDecode(f *testing.F) {
 	for _, s := range []string{
 		`{}`, `{"a":1}`, `{"a":1,"b":0,"é":7}`, `{"dev-1":18446744073709551615}`,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/anchordb/anchordb/snapshot"
@@ -117,7 +118,7 @@ func FuzzSnapshotFile(f *testing.F) {
 	f.Add(bytes.Repeat([]byte{7, 30, 1}, 40), uint32(200), byte(0x80), uint16(3), []byte("x"))
 	f.Fuzz(func(t *testing.T, state []byte, at uint32, xor byte, cut uint16, tail []byte) {
 		fs, info, want := writeSnapshot(state)
-		data, err := readMemFile(fs, info.Path)
+		data, err := testutil.ReadFile(fs, info.Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +126,7 @@ func FuzzSnapshotFile(f *testing.F) {
 		data = data[:len(data)-int(cut)%len(data)]
 		data = append(data, tail...)
 		path := fs.PathJoin("other", info.Name)
-		writeMemFile(fs, path, data)
+		testutil.WriteFile(fs, path, data)
 		ok := func(err error) {
 			if c := errs.CodeOf(err); err != nil && c != errs.CodeSnapshotCorrupted && c != errs.CodeInvalidInput {
 				t.Fatalf("refused with %v (code %q)", err, c)
@@ -264,33 +265,4 @@ func reversed(s []string) []string {
 	out := slices.Clone(s)
 	slices.Reverse(out)
 	return out
-}
-
-func readMemFile(fs vfs.FS, path string) ([]byte, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, st.Size())
-	_, err = f.ReadAt(b, 0)
-	return b, err
-}
-
-func writeMemFile(fs vfs.FS, path string, data []byte) {
-	if err := fs.MkdirAll(fs.PathDir(path), 0o755); err != nil {
-		panic(err)
-	}
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		panic(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		panic(err)
-	}
-	_ = f.Close()
 }

@@ -24,7 +24,7 @@ import (
 const ContextFrontier = "anchordb 2026-11 frontier v1"
 
 // Frontier names a prefix of every anchor log: anchor id → the seq of the
-// last record included (SPEC §1). An anchor that is absent, or present with
+// last record included (CONTRACT §1). An anchor that is absent, or present with
 // seq 0, contributes no records; the encodings, the hash and Equal treat the
 // two alike.
 //
@@ -54,7 +54,7 @@ func (f Frontier) Contains(anchor string, seq uint64) bool {
 	return seq >= 1 && seq <= f[anchor]
 }
 
-// Validate checks every anchor id (SPEC §1).
+// Validate checks every anchor id (CONTRACT §1).
 func (f Frontier) Validate() error {
 	for a := range f {
 		if err := segment.ValidateAnchorID(a); err != nil {

@@ -91,7 +91,7 @@ func WithBase(base uint64) Option { return func(o *options) { o.base = base } }
 // context: often enough to stop promptly, rarely enough to cost nothing.
 const ctxCheckEvery = 1024
 
-// Merge merges per-anchor sources into the merged order of SPEC §1 and yields
+// Merge merges per-anchor sources into the merged order of CONTRACT §1 and yields
 // each record with its global position. It holds one head record per source
 // in a heap, so its memory is O(len(sources)) and independent of the length
 // of the logs.

@@ -1,4 +1,4 @@
-// Package merge computes the merged order of anchordb (SPEC §1): every record
+// Package merge computes the merged order of anchordb (CONTRACT §1): every record
 // of every anchor, sorted by (counter, anchor id as raw bytes).
 //
 // The order is a pure function of the records. Counters are strictly
@@ -40,7 +40,7 @@ func Less(a, b segment.Record) bool {
 
 // CompareKeys is Compare on the two fields the order depends on, for callers
 // (indexes, cursors) that hold the keys without whole records. Go compares
-// strings byte by byte, which is exactly the order SPEC §1 asks for.
+// strings byte by byte, which is exactly the order CONTRACT §1 asks for.
 func CompareKeys(counterA uint64, anchorA string, counterB uint64, anchorB string) int {
 	if c := cmp.Compare(counterA, counterB); c != 0 {
 		return c

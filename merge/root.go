@@ -9,7 +9,7 @@ import (
 	"github.com/transparency-dev/merkle/compact"
 )
 
-// The merged-order root is the RFC 6962 Merkle root (SPEC §2's BLAKE3 hasher,
+// The merged-order root is the RFC 6962 Merkle root (CONTRACT §2's BLAKE3 hasher,
 // segment.Blake3RFC6962) of the list of record hashes in merged order: leaf i
 // is BLAKE3(0x00 ‖ hash of the record at position i+1). Two machines holding
 // the same records compute the same root, so comparing merged views costs one

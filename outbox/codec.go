@@ -547,7 +547,7 @@ const fingerprintContext = "anchordb 2026-11 outbox fingerprint v1"
 
 var fingerprintBase = blake3.NewDeriveKey(fingerprintContext)
 
-// Fingerprint is the hash Enqueue compares a retry with (SPEC §12): BLAKE3
+// Fingerprint is the hash Enqueue compares a retry with (CONTRACT §12): BLAKE3
 // in derive-key mode over the payload, the destination and the headers
 // sorted by name, each length-prefixed (docs/OUTBOX.md).
 func Fingerprint(payload []byte, destination string, headers map[string]string) segment.Hash {

@@ -1,5 +1,5 @@
 // Package outbox is a durable outbox and dead-letter queue on an anchordb
-// database (SPEC §12): promises — "this message will be sent", "this
+// database (CONTRACT §12): promises — "this message will be sent", "this
 // settlement will be retried" — kept as hash-chained records that verify,
 // prove, merge and ingest like any other data.
 //

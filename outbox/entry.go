@@ -9,7 +9,7 @@ import (
 	"github.com/anchordb/anchordb/segment"
 )
 
-// State is where an entry is in its life (SPEC §12):
+// State is where an entry is in its life (CONTRACT §12):
 //
 //	pending ──claim──► inflight ──complete──► done
 //	   ▲                  │ fail (retryable) or lease expired

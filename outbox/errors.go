@@ -13,7 +13,7 @@ import (
 // does not match the entry its id already names, a result (complete, fail,
 // extend) under a lease that is not the entry's current one, a requeue of an
 // entry in a state that cannot be requeued, a new id already in use. It
-// carries the entry as it is (SPEC §12: every STATE_002 of the outbox carries
+// carries the entry as it is (CONTRACT §12: every STATE_002 of the outbox carries
 // the entry's state) and, for a fingerprint mismatch, the first 8 bytes of
 // both fingerprints in hex. errors.As(err, &e) reads it; engine.CodeOf(err)
 // is STATE_002.

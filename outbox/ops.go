@@ -44,8 +44,8 @@ func (o *Outbox) checkMessage(m *Message) error {
 	return nil
 }
 
-// Enqueue adds the promise m, once: its id is the idempotency key (SPEC
-// §12). For an id the outbox holds already, the entry is compared by
+// Enqueue adds the promise m, once: its id is the idempotency key
+// (CONTRACT §12). For an id the outbox holds already, the entry is compared by
 // fingerprint (payload and metadata) and nothing is written:
 //
 //	pending, inflight, same fingerprint  the entry as it is, Duplicate set

@@ -43,7 +43,7 @@ type Options struct {
 // kept as records on the anchor "outbox/NAME". It is safe for concurrent
 // use. One Outbox per name and database may be open at a time in a
 // process (a second Open is STATE_001), and a database has one writer
-// process (SPEC §3), so this Outbox is the one writer of its anchor.
+// process (CONTRACT §3), so this Outbox is the one writer of its anchor.
 //
 // How it works, in brief (docs/OUTBOX.md has it in full): every transition
 // of an entry is one record, a put of the entry row keyed by its id; the

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 )
 
 // verifiedOf round-trips p through its JSON and VerifyJSON, as verify-proof
@@ -52,7 +53,7 @@ func TestBindToCheckpoint(t *testing.T) {
 	refused := func(what string, p any) {
 		t.Helper()
 		err := cp.Bind(verifiedOf(t, p))
-		wantCode(t, err, errs.CodeHashMismatch)
+		testutil.WantCode(t, err, errs.CodeHashMismatch)
 		t.Logf("%s: %v", what, err)
 	}
 
@@ -125,5 +126,5 @@ func TestBindToCheckpoint(t *testing.T) {
 	}
 	refused("frontier inclusion under another checkpoint's root", fp)
 
-	wantCode(t, cp.Bind(Verified{}), errs.CodeInvalidInput)
+	testutil.WantCode(t, cp.Bind(Verified{}), errs.CodeInvalidInput)
 }

@@ -32,7 +32,7 @@ const (
 	headerLines  = 5 // origin, anchors, records, root, time
 )
 
-// Checkpoint is the body of a signed checkpoint (SPEC §5): the frontier
+// Checkpoint is the body of a signed checkpoint (CONTRACT §5): the frontier
 // commitment of a database at one moment. A valid checkpoint (see Validate)
 // has Entries sorted by anchor id as raw bytes without duplicates,
 // Anchors == len(Entries), Records == the sum of the entry sizes, and Root ==

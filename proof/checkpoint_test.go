@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"golang.org/x/mod/sumdb/note"
 )
@@ -168,7 +169,7 @@ func TestParseCheckpointBodyRejects(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseCheckpointBody([]byte(c.body))
-			wantCode(t, err, c.code)
+			testutil.WantCode(t, err, c.code)
 		})
 	}
 	if _, err := ParseCheckpointBody([]byte(body)); err != nil {
@@ -193,7 +194,7 @@ func TestCheckpointValidate(t *testing.T) {
 		cp := *c
 		cp.Entries = append([]Entry(nil), c.Entries...)
 		bad.f(&cp)
-		wantCode(t, cp.Validate(), bad.code)
+		testutil.WantCode(t, cp.Validate(), bad.code)
 		// Sign never signs it.
 		skey, _, err := GenerateKeys("k")
 		if err != nil {
@@ -205,10 +206,10 @@ func TestCheckpointValidate(t *testing.T) {
 		}
 	}
 	_, err := NewCheckpoint("db", testTime, []Entry{{Anchor: "a", Size: ^uint64(0), Root: recordHash(1)}, {Anchor: "b", Size: 1, Root: recordHash(2)}})
-	wantCode(t, err, errs.CodeInvalidInput)
+	testutil.WantCode(t, err, errs.CodeInvalidInput)
 	_, err = NewCheckpoint("d b", testTime, nil)
-	wantCode(t, err, errs.CodeInvalidInput)
-	wantCode(t, (*Checkpoint)(nil).Validate(), errs.CodeInvalidInput)
+	testutil.WantCode(t, err, errs.CodeInvalidInput)
+	testutil.WantCode(t, (*Checkpoint)(nil).Validate(), errs.CodeInvalidInput)
 }
 
 func TestSignAndOpen(t *testing.T) {
@@ -280,7 +281,7 @@ func TestSignAndOpen(t *testing.T) {
 		{"opened with an unrelated key", msg, []string{vkey2}, errs.CodeSignatureInvalid},
 		{"flipped signature bit", badSig, []string{vkey}, errs.CodeSignatureInvalid},
 		{"truncated signature", truncated, []string{vkey}, errs.CodeSignatureInvalid},
-		// Not a signed note at all: a malformed file (SPEC §8), not a bad signature.
+		// Not a signed note at all: a malformed file (CONTRACT §8), not a bad signature.
 		{"truncated note", truncatedHard, []string{vkey}, errs.CodeInvalidInput},
 		{"truncated to 40 bytes", msg[:40], []string{vkey}, errs.CodeInvalidInput},
 		{"body only", body, []string{vkey}, errs.CodeInvalidInput},
@@ -295,7 +296,7 @@ func TestSignAndOpen(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := OpenCheckpoint(c.msg, c.keys...)
-			wantCode(t, err, c.code)
+			testutil.WantCode(t, err, c.code)
 			if c.code == errs.CodeSignatureInvalid {
 				var e *errs.Error
 				errors.As(err, &e)
@@ -316,7 +317,7 @@ func TestSignAndOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = OpenCheckpoint(junk, vkey)
-	wantCode(t, err, errs.CodeInvalidInput)
+	testutil.WantCode(t, err, errs.CodeInvalidInput)
 }
 
 func TestSignRejects(t *testing.T) {
@@ -334,14 +335,14 @@ func TestSignRejects(t *testing.T) {
 		{"empty key", c.Marshal(), ""},
 	} {
 		_, err := Sign(bad.body, bad.key)
-		wantCode(t, err, errs.CodeInvalidInput)
+		testutil.WantCode(t, err, errs.CodeInvalidInput)
 		if strings.Contains(fmt.Sprint(err), skey) {
 			t.Fatalf("%s: error quotes the signer key", bad.name)
 		}
 	}
 	for _, name := range []string{"", "a b", "a+b", "a\tb", "\xff"} {
 		_, _, err := GenerateKeys(name)
-		wantCode(t, err, errs.CodeInvalidInput)
+		testutil.WantCode(t, err, errs.CodeInvalidInput)
 	}
 }
 
@@ -382,9 +383,9 @@ func TestCheckpointFrontierProofs(t *testing.T) {
 	}
 	other, _ := NewCheckpoint("db-1", testTime, []Entry{{Anchor: "a", Size: 1, Root: recordHash(1)}})
 	p, _ := c.ProveAnchor("a")
-	wantCode(t, other.VerifyAnchorProof(p), errs.CodeHashMismatch)
+	testutil.WantCode(t, other.VerifyAnchorProof(p), errs.CodeHashMismatch)
 	_, err = c.ProveAnchor("missing")
-	wantCode(t, err, errs.CodeDependencyMissing)
+	testutil.WantCode(t, err, errs.CodeDependencyMissing)
 }
 
 func indexOf(id string) int {
@@ -489,7 +490,7 @@ func TestCheckConsistent(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			wantCode(t, CheckConsistent(ctx, c.older, c.newer, c.prove), c.code)
+			testutil.WantCode(t, CheckConsistent(ctx, c.older, c.newer, c.prove), c.code)
 		})
 	}
 	// With prove nil, a grown anchor with another root is not detectable.

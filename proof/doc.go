@@ -1,4 +1,4 @@
-// Package proof builds and checks the verifiable side of anchordb (SPEC §2,
+// Package proof builds and checks the verifiable side of anchordb (CONTRACT §2,
 // §5, §10): per-anchor RFC 6962/9162 Merkle trees with BLAKE3-256, inclusion
 // and consistency proofs, the frontier commitment over all anchors, and
 // checkpoints signed in the C2SP signed-note format.
@@ -23,7 +23,7 @@
 //
 // # Proof JSON
 //
-// Inclusion and consistency proofs have exactly the SPEC §10 fields plus a
+// Inclusion and consistency proofs have exactly the CONTRACT §10 fields plus a
 // trailing "kind"; the frontier proof is this package's own shape (see
 // FrontierProof). All hashes print as "blake3:<64 lowercase hex>".
 //

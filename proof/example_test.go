@@ -11,7 +11,7 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// A store fed record by record, an inclusion proof as SPEC §10 JSON, and its
+// A store fed record by record, an inclusion proof as CONTRACT §10 JSON, and its
 // offline verification.
 func Example() {
 	ctx := context.Background()

@@ -23,7 +23,7 @@ type Entry struct {
 // frontierLeafFixed is the size of a frontier leaf without the anchor id.
 const frontierLeafFixed = 2 + 8 + segment.HashSize
 
-// FrontierLeaf returns the leaf data of e in the frontier tree (SPEC §5):
+// FrontierLeaf returns the leaf data of e in the frontier tree (CONTRACT §5):
 //
 //	offset  size  field
 //	0       2     n = len(anchor id), uint16 big-endian (1..255)
@@ -55,7 +55,7 @@ func emptyRoot() segment.Hash {
 	return h
 }
 
-// ValidateEntry checks one entry: a valid anchor id (SPEC §1), and the empty
+// ValidateEntry checks one entry: a valid anchor id (CONTRACT §1), and the empty
 // root BLAKE3("") when the size is 0. Failures are INPUT_001.
 func ValidateEntry(e Entry) error {
 	if err := segment.ValidateAnchorID(e.Anchor); err != nil {

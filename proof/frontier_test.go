@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	merkleproof "github.com/transparency-dev/merkle/proof"
 )
@@ -46,7 +47,7 @@ func TestFrontierLeafEncoding(t *testing.T) {
 		{Anchor: "a", Size: 0, Root: root}, // size 0 needs the empty root
 	} {
 		_, err := FrontierLeaf(bad)
-		wantCode(t, err, errs.CodeInvalidInput)
+		testutil.WantCode(t, err, errs.CodeInvalidInput)
 	}
 	if _, err := FrontierLeaf(Entry{Anchor: "a", Root: emptyRoot()}); err != nil {
 		t.Fatalf("size 0 with the empty root: %v", err)
@@ -117,23 +118,23 @@ func TestFrontierRejects(t *testing.T) {
 	dup := []Entry{e[0], e[1], e[1]}
 	for name, entries := range map[string][]Entry{"unsorted": unsorted, "duplicate": dup, "bad id": {{Anchor: "a\tb", Size: 1}}} {
 		_, err := FrontierRoot(entries)
-		wantCode(t, err, errs.CodeInvalidInput)
+		testutil.WantCode(t, err, errs.CodeInvalidInput)
 		_, err = ProveFrontier(entries, e[0].Anchor)
-		wantCode(t, err, errs.CodeInvalidInput)
+		testutil.WantCode(t, err, errs.CodeInvalidInput)
 		if name != "bad id" {
 			_, err = NewCheckpoint("db", testTime, entries)
 			if name == "unsorted" && err != nil {
 				t.Fatalf("NewCheckpoint sorts its entries: %v", err)
 			}
 			if name == "duplicate" {
-				wantCode(t, err, errs.CodeInvalidInput)
+				testutil.WantCode(t, err, errs.CodeInvalidInput)
 			}
 		}
 	}
 	_, err := ProveFrontier(e, "anchor 9")
-	wantCode(t, err, errs.CodeDependencyMissing)
+	testutil.WantCode(t, err, errs.CodeDependencyMissing)
 	_, err = ProveFrontier(nil, "a")
-	wantCode(t, err, errs.CodeDependencyMissing)
+	testutil.WantCode(t, err, errs.CodeDependencyMissing)
 	if root, err := FrontierRoot(nil); err != nil || root != emptyRoot() {
 		t.Fatalf("empty frontier root %s, %v", root, err)
 	}

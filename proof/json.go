@@ -26,7 +26,7 @@ const (
 )
 
 // InclusionProof proves that the record with hash Leaf is at Seq in Anchor's
-// tree of Size leaves with root Root (SPEC §10). Its JSON is
+// tree of Size leaves with root Root (CONTRACT §10). Its JSON is
 //
 //	{"anchor":"a","seq":7,"size":100,"leaf":"blake3:…","root":"blake3:…","proof":["blake3:…",…],"kind":"inclusion"}
 //
@@ -42,7 +42,7 @@ type InclusionProof struct {
 }
 
 // ConsistencyProof proves that Anchor's tree of OldSize leaves (root OldRoot)
-// is a prefix of its tree of NewSize leaves (root NewRoot) (SPEC §10):
+// is a prefix of its tree of NewSize leaves (root NewRoot) (CONTRACT §10):
 //
 //	{"anchor":"a","old_size":50,"new_size":100,"old_root":"blake3:…","new_root":"blake3:…","proof":[…],"kind":"consistency"}
 type ConsistencyProof struct {
@@ -56,7 +56,7 @@ type ConsistencyProof struct {
 
 // FrontierProof proves that the entry (Anchor, Size, AnchorRoot) is leaf
 // Index of the frontier tree of Anchors leaves with root Root — the "root"
-// line of a checkpoint (SPEC §5). Origin, when set, names the checkpoint's
+// line of a checkpoint (CONTRACT §5). Origin, when set, names the checkpoint's
 // origin line; it is informational and not covered by the proof:
 //
 //	{"anchor":"a","size":100,"anchor_root":"blake3:…","index":0,"anchors":3,"root":"blake3:…","proof":[…],"origin":"anchordb/…/blake3","kind":"frontier_inclusion"}
@@ -71,7 +71,7 @@ type FrontierProof struct {
 	Proof      []segment.Hash
 }
 
-// The JSON forms. Field order is the SPEC §10 order with "kind" last.
+// The JSON forms. Field order is the CONTRACT §10 order with "kind" last.
 type (
 	inclusionJSON struct {
 		Anchor string         `json:"anchor"`
@@ -137,13 +137,13 @@ type (
 	}
 )
 
-// MarshalJSON encodes the proof in its SPEC §10 shape plus "kind". An empty
+// MarshalJSON encodes the proof in its CONTRACT §10 shape plus "kind". An empty
 // proof prints as [].
 func (p InclusionProof) MarshalJSON() ([]byte, error) {
 	return marshal(inclusionJSON{p.Anchor, p.Seq, p.Size, p.Leaf, p.Root, nonNil(p.Proof), KindInclusion})
 }
 
-// UnmarshalJSON decodes the SPEC §10 shape. Every SPEC field is required,
+// UnmarshalJSON decodes the CONTRACT §10 shape. Every field it names is required,
 // "kind" is optional but must say "inclusion", and unknown fields, trailing
 // data or a malformed hash are INPUT_001. It does not verify the proof.
 func (p *InclusionProof) UnmarshalJSON(data []byte) error {
@@ -164,13 +164,13 @@ func (p *InclusionProof) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// MarshalJSON encodes the proof in its SPEC §10 shape plus "kind". An empty
+// MarshalJSON encodes the proof in its CONTRACT §10 shape plus "kind". An empty
 // proof prints as [].
 func (p ConsistencyProof) MarshalJSON() ([]byte, error) {
 	return marshal(consistencyJSON{p.Anchor, p.OldSize, p.NewSize, p.OldRoot, p.NewRoot, nonNil(p.Proof), KindConsistency})
 }
 
-// UnmarshalJSON decodes the SPEC §10 shape, with the rules of
+// UnmarshalJSON decodes the CONTRACT §10 shape, with the rules of
 // InclusionProof.UnmarshalJSON ("kind", if present, must say "consistency").
 func (p *ConsistencyProof) UnmarshalJSON(data []byte) error {
 	var w consistencyWire
@@ -249,7 +249,7 @@ func (v Verified) String() string {
 
 // VerifyJSON decodes one proof of any kind and verifies it offline against
 // the root it carries, with merkle/proof and the BLAKE3 hasher. The kind
-// comes from the "kind" field, or, when absent (a bare SPEC §10 object), from
+// comes from the "kind" field, or, when absent (a bare CONTRACT §10 object), from
 // the fields present: "old_size"/"new_size" → consistency, "seq"/"leaf" →
 // inclusion, "anchor_root" → frontier inclusion.
 //

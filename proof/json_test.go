@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	merkleproof "github.com/transparency-dev/merkle/proof"
 )
@@ -132,7 +134,7 @@ func TestProofJSONEmptyPathIsArray(t *testing.T) {
 	}
 }
 
-// withoutKind drops the "kind" field: the bare SPEC §10 shape.
+// withoutKind drops the "kind" field: the bare CONTRACT §10 shape.
 func withoutKind(t *testing.T, data []byte) []byte {
 	t.Helper()
 	var m map[string]json.RawMessage
@@ -238,7 +240,7 @@ func TestVerifyJSON(t *testing.T) {
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := VerifyJSON(c.data)
-			wantCode(t, err, c.code)
+			testutil.WantCode(t, err, c.code)
 		})
 	}
 
@@ -262,7 +264,7 @@ func TestVerifyProofFunctionsRejectEveryChangedByte(t *testing.T) {
 			b[i] ^= 1
 			err := verify()
 			b[i] ^= 1
-			wantCode(t, err, errs.CodeHashMismatch)
+			testutil.WantCode(t, err, errs.CodeHashMismatch)
 			_ = what
 		}
 		if err := verify(); err != nil {
@@ -315,7 +317,7 @@ func TestVerifyConsistencyEdgeCases(t *testing.T) {
 			}
 			continue
 		}
-		wantCode(t, err, c.code)
+		testutil.WantCode(t, err, c.code)
 	}
 }
 
@@ -323,7 +325,7 @@ func TestVerifyConsistencyEdgeCases(t *testing.T) {
 // of the file sees. Users compare a proof's "anchor", "size" and "root" with
 // a signed checkpoint using any JSON tool; encoding/json alone matches keys
 // without regard to case, so a file carrying the trusted root as "root" and
-// the forger's as "Root" verified a forged leaf (found in stop 18's review).
+// the forger's as "Root" would verify a forged leaf.
 // A key that is not exactly a documented name, or appears twice, is
 // INPUT_001.
 func TestProofJSONKeysAreExact(t *testing.T) {
@@ -394,5 +396,93 @@ func TestProofJSONKeysAreExact(t *testing.T) {
 	escaped := strings.Replace(string(goodJSON), `"root"`, `"r\u006fot"`, 1)
 	if _, err := VerifyJSON([]byte(escaped)); err != nil {
 		t.Errorf("%s: %v", escaped, err)
+	}
+}
+
+// A proof file with a null among its path hashes is not a proof (FORMAT
+// §10.4: decoders refuse nulls), so verify-proof must say INPUT_001 (exit
+// 2). encoding/json leaves a null element of a []segment.Hash as the zero
+// hash: without the refusal the file decodes and fails as a proof that does
+// not verify (INT_001, exit 1).
+func TestProofPathNullIsRefused(t *testing.T) {
+	ctx := context.Background()
+	st := NewMemStore()
+	for i := 0; i < 5; i++ {
+		var h segment.Hash
+		h[0] = byte(i + 1)
+		if err := st.Append(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var leaf segment.Hash
+	leaf[0] = 3
+	inc, err := ProveInclusion(ctx, st, "a", 3, 5, leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	con, err := ProveConsistency(ctx, st, "a", 2, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]any{"inclusion": inc, "consistency": con} {
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["proof"] = append(m["proof"].([]any), nil)
+		data, _ = json.Marshal(m)
+		if _, err := VerifyJSON(data); errs.CodeOf(err) != errs.CodeInvalidInput {
+			t.Errorf("%s proof with a null path hash: %v, want INPUT_001", name, err)
+		}
+		m["proof"] = []any{nil}
+		data, _ = json.Marshal(m)
+		if _, err := VerifyJSON(data); errs.CodeOf(err) != errs.CodeInvalidInput {
+			t.Errorf("%s proof whose path is [null]: %v, want INPUT_001", name, err)
+		}
+	}
+}
+
+// A proof that does not verify says so on one line, with both roots as
+// anchordb prints hashes. merkle/proof's RootMismatchError prints them as
+// decimal byte lists on four lines, which would break verify's
+// one-line-per-finding output and put newlines in the JSON message; the
+// error still wraps it for errors.As.
+func TestProofErrorsAreOneLine(t *testing.T) {
+	ctx := context.Background()
+	st := NewMemStore()
+	for i := 0; i < 9; i++ {
+		if err := st.Append(recordHash(uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inc, err := ProveInclusion(ctx, st, "a", 3, 9, recordHash(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc.Leaf[0] ^= 1
+	con, err := ProveConsistency(ctx, st, "a", 4, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	con.OldRoot[0] ^= 1
+	empty := &ConsistencyProof{Anchor: "a", OldSize: 0, NewSize: 9, OldRoot: con.NewRoot, NewRoot: con.NewRoot, Proof: []segment.Hash{}}
+	hashRE := regexp.MustCompile(`calculated root blake3:[0-9a-f]{64} does not match expected root blake3:[0-9a-f]{64}`)
+	for name, err := range map[string]error{
+		"inclusion":             VerifyInclusionProof(inc),
+		"consistency":           VerifyConsistencyProof(con),
+		"consistency from zero": VerifyConsistencyProof(empty),
+	} {
+		testutil.WantCode(t, err, errs.CodeHashMismatch)
+		var rm merkleproof.RootMismatchError
+		if !errors.As(err, &rm) {
+			t.Errorf("%s: %v does not wrap RootMismatchError", name, err)
+		}
+		if msg := err.Error(); strings.Contains(msg, "\n") || !hashRE.MatchString(msg) {
+			t.Errorf("%s: %q; want one line naming both roots as blake3:<hex>", name, msg)
+		}
 	}
 }

@@ -43,7 +43,7 @@ func writeSignedCheckpoint(t *testing.T, dir string) (notePath, pubPath string) 
 }
 
 // TestCheckpointVerifiesWithNoteAlone verifies a checkpoint with nothing but
-// the public key file and golang.org/x/mod/sumdb/note (SPEC §5).
+// the public key file and golang.org/x/mod/sumdb/note (CONTRACT §5).
 func TestCheckpointVerifiesWithNoteAlone(t *testing.T) {
 	notePath, pubPath := writeSignedCheckpoint(t, t.TempDir())
 

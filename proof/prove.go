@@ -190,7 +190,7 @@ func Consistency(ctx context.Context, st NodeStore, size1, size2 uint64) ([][]by
 	return p, nil
 }
 
-// ProveInclusion returns the SPEC §10 inclusion proof of the record with
+// ProveInclusion returns the CONTRACT §10 inclusion proof of the record with
 // hash recordHash at seq of anchor, in the anchor's tree of the given size
 // served by st. The root is the one the proof hashes up to, which equals
 // RootAt(size) when the store is sound.
@@ -229,7 +229,7 @@ func ProveInclusion(ctx context.Context, st NodeStore, anchor string, seq, size 
 	return p, nil
 }
 
-// ProveConsistency returns the SPEC §10 consistency proof of anchor's tree
+// ProveConsistency returns the CONTRACT §10 consistency proof of anchor's tree
 // between oldSize and newSize, with both roots, from st.
 //
 // Preconditions: a valid anchor id and oldSize ≤ newSize (INPUT_001); a tree

@@ -2,11 +2,9 @@ package proof
 
 import (
 	"encoding/binary"
-	"errors"
 	"math/bits"
 	"testing"
 
-	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/zeebo/blake3"
 )
@@ -145,18 +143,6 @@ func buildCheap(t testing.TB, n uint64) (*MemStore, *refTree) {
 		}
 	}
 	return st, newRefTree(leaves)
-}
-
-// wantCode fails t unless err is an *errs.Error with the code.
-func wantCode(t testing.TB, err error, code errs.Code) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want %s", code)
-	}
-	var e *errs.Error
-	if !errors.As(err, &e) || errs.CodeOf(err) != code {
-		t.Fatalf("got %v (code %q), want code %s", err, errs.CodeOf(err), code)
-	}
 }
 
 func equalHashes(a, b [][]byte) bool {

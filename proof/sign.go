@@ -184,7 +184,7 @@ func parseVerifierKeys(keys []string) ([]note.Verifier, error) {
 // signatures do not verify with the given keys is AUTH_003; anything else
 // (empty, truncated, no signature block, a malformed signature line, control
 // characters) is not a signed note at all, and a malformed file is
-// INPUT_001 (SPEC §8).
+// INPUT_001 (CONTRACT §8).
 func openErrorCode(err error) errs.Code {
 	var unverified *note.UnverifiedNoteError
 	var invalid *note.InvalidSignatureError

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/transparency-dev/merkle/compact"
 	merkleproof "github.com/transparency-dev/merkle/proof"
@@ -398,7 +399,7 @@ func TestBadArguments(t *testing.T) {
 					t.Fatalf("panic: %v", r)
 				}
 			}()
-			wantCode(t, c.run(), c.code)
+			testutil.WantCode(t, c.run(), c.code)
 		})
 	}
 }
@@ -448,9 +449,9 @@ func TestStoreContractViolations(t *testing.T) {
 		{badStore{NodeStore: st, badLen: true}, errs.CodeIndexMismatch},
 	} {
 		_, err := Inclusion(ctx, c.store, 7, 300)
-		wantCode(t, err, c.code)
+		testutil.WantCode(t, err, c.code)
 		_, err = RootAt(ctx, c.store, 300)
-		wantCode(t, err, c.code)
+		testutil.WantCode(t, err, c.code)
 	}
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the SPEC §10 conformance checks for the sections anchordb implements.
-# Prefers the shared copy (../shared/conformance/cli.sh, kept by the spec's
-# owners); falls back to the copy vendored beside this script.
+# Runs the command-line conformance checks (docs/CONTRACT.md §10) for the
+# sections anchordb implements. Prefers a copy kept beside the repository
+# (../shared/conformance/cli.sh), which may be newer; falls back to the copy
+# vendored beside this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECTIONS=${CONFORMANCE_SECTIONS:-"core verify merge admission outbox"}

@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// Benchmarks on the shape SPEC's bench issue uses: 16-byte keys, 100-byte
-// values. Throughput is in frame bytes (b.SetBytes), so MB/s compares with disk
-// bandwidth.
+// Benchmarks on the shape docs/PERFORMANCE.md's benchmarks use: 16-byte
+// keys, 100-byte values. Throughput is in frame bytes (b.SetBytes), so MB/s
+// compares with disk bandwidth.
 //
 //	go test ./segment -run '^$' -bench . -benchmem
 

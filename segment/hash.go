@@ -52,7 +52,7 @@ func ParseHash(s string) (Hash, error) {
 // BLAKE3's derive-key mode with one of these contexts, so a record hash, a
 // genesis hash, a header checksum, a fingerprint and a state hash can never be
 // confused with one another or with the plain-mode Merkle hashes of RFC 6962
-// (leaf 0x00‖…, node 0x01‖…), which SPEC §2 fixes so that third-party
+// (leaf 0x00‖…, node 0x01‖…), which CONTRACT §2 fixes so that third-party
 // verifiers need nothing but BLAKE3.
 const (
 	ContextRecord      = "anchordb 2026-11 record v1"
@@ -111,7 +111,7 @@ func GenesisHash(anchor string) Hash {
 	return genesisHashers.sum([]byte(anchor))
 }
 
-// Fingerprint is the idempotency fingerprint of a request (SPEC §7): a hash of
+// Fingerprint is the idempotency fingerprint of a request (CONTRACT §7): a hash of
 // its type, key and value, length-prefixed so that no two requests share one.
 func Fingerprint(typ string, key, value []byte) Hash {
 	var hdr [1 + 4 + 4]byte
@@ -122,7 +122,7 @@ func Fingerprint(typ string, key, value []byte) Hash {
 }
 
 // AnchorPathID returns the 32 lowercase hex characters that name an anchor's
-// directory. Anchor ids never become path components (SPEC §1): `../x` and
+// directory. Anchor ids never become path components (CONTRACT §1): `../x` and
 // `a/b` are legal ids, so the path is a hash of the id, and the id itself lives
 // in every segment header, where open checks it.
 func AnchorPathID(anchor string) string {

@@ -4,7 +4,7 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// MerkleHasher is the RFC 6962/9162 tree hasher of SPEC §2 with BLAKE3-256 in
+// MerkleHasher is the RFC 6962/9162 tree hasher of CONTRACT §2 with BLAKE3-256 in
 // plain hash mode in place of SHA-256:
 //
 //	empty tree  BLAKE3("")

@@ -12,7 +12,7 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// --- MerkleHasher (SPEC §2: RFC 6962 with BLAKE3-256, plain mode) -------------
+// --- MerkleHasher (CONTRACT §2: RFC 6962 with BLAKE3-256, plain mode) -------------
 
 func TestMerkleHasherVectors(t *testing.T) {
 	mh := Blake3RFC6962
@@ -95,7 +95,7 @@ func testRecordHash() Hash {
 
 // TestMerkleRootSmallTrees builds RFC 6962 roots of 0..9 leaves by hand (the
 // split at the largest power of two below n) and checks a few shapes against
-// hand-written formulas, so the hasher composes the way SPEC §2 says.
+// hand-written formulas, so the hasher composes the way CONTRACT §2 says.
 func TestMerkleRootSmallTrees(t *testing.T) {
 	mh := Blake3RFC6962
 	leaf := func(i int) []byte { h := hashOf(byte(i)); return mh.HashLeaf(h[:]) }

@@ -66,14 +66,14 @@ const (
 	canonicalPrefixSz = 2
 )
 
-// Limits are the configurable input limits of SPEC §9.
+// Limits are the configurable input limits of CONTRACT §9.
 type Limits struct {
 	MaxKey            int // bytes; default 64 KiB
 	MaxValue          int // bytes; default 16 MiB
 	MaxIdempotencyKey int // bytes; default 256
 }
 
-// DefaultLimits are the limits of SPEC §9.
+// DefaultLimits are the limits of CONTRACT §9.
 func DefaultLimits() Limits {
 	return Limits{MaxKey: 64 << 10, MaxValue: 16 << 20, MaxIdempotencyKey: 256}
 }
@@ -117,7 +117,7 @@ type Record struct {
 // IsKV reports whether the record changes the key-value state.
 func (r *Record) IsKV() bool { return r.Type == TypePut || r.Type == TypeDelete }
 
-// ValidateAnchorID checks SPEC §1: 1–255 bytes of valid UTF-8 with no control
+// ValidateAnchorID checks CONTRACT §1: 1–255 bytes of valid UTF-8 with no control
 // characters.
 func ValidateAnchorID(id string) error {
 	if len(id) == 0 {

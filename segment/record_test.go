@@ -18,7 +18,7 @@ import (
 // --- canonical encoding -----------------------------------------------------
 
 // genText draws 1..maxLen bytes of valid UTF-8 without control characters:
-// what SPEC §1 allows for anchor ids (255) and record types (64).
+// what CONTRACT §1 allows for anchor ids (255) and record types (64).
 func genText(maxLen int) *rapid.Generator[string] {
 	runes := rapid.OneOf(
 		rapid.RuneFrom([]rune("abcxyz/.@-_ Ü€😀\u200b\u2028")),
@@ -110,7 +110,7 @@ func deriveKey(context string, b []byte) Hash {
 }
 
 // TestCanonicalRoundTripAtLimits round-trips a record with every field at its
-// SPEC §9 limit (and the type at the format's 64 bytes).
+// CONTRACT §9 limit (and the type at the format's 64 bytes).
 func TestCanonicalRoundTripAtLimits(t *testing.T) {
 	l := DefaultLimits()
 	r := Record{
@@ -169,7 +169,7 @@ func TestCanonicalLayout(t *testing.T) {
 }
 
 // TestHashCoversEveryField changes one field at a time; every change must
-// change the hash (SPEC §2: the hash covers every field).
+// change the hash (CONTRACT §2: the hash covers every field).
 func TestHashCoversEveryField(t *testing.T) {
 	base := Record{
 		Anchor: "anchor-1", Seq: 7, Counter: 42, Time: 1_700_000_000_000_000_000, Type: TypePut,
@@ -226,7 +226,7 @@ func TestHashCoversEveryField(t *testing.T) {
 }
 
 // TestHashDomainSeparation hashes the same bytes in every domain anchordb
-// has; no two may agree (SPEC §2).
+// has; no two may agree (CONTRACT §2).
 func TestHashDomainSeparation(t *testing.T) {
 	r := testRecord("a", 1, GenesisHash("a"))
 	canon := AppendCanonical(nil, &r)
@@ -272,7 +272,7 @@ func TestHashDomainSeparation(t *testing.T) {
 	}
 }
 
-// TestFingerprint checks the idempotency fingerprint of SPEC §7: a function of
+// TestFingerprint checks the idempotency fingerprint of CONTRACT §7: a function of
 // (type, key, value) whose length prefixes keep shifted fields apart.
 func TestFingerprint(t *testing.T) {
 	base := Fingerprint("put", []byte("k"), []byte("v"))
@@ -367,7 +367,7 @@ func TestParseHashRejects(t *testing.T) {
 	}
 }
 
-// --- validation (SPEC §1, §9) -------------------------------------------------
+// --- validation (CONTRACT §1, §9) -------------------------------------------------
 
 func TestValidateAnchorID(t *testing.T) {
 	valid := []string{
@@ -448,7 +448,7 @@ func checkRefusal(t *testing.T, what string, err error, want []string) {
 func TestValidateContent(t *testing.T) {
 	l := DefaultLimits()
 	if l.MaxKey != 64<<10 || l.MaxValue != 16<<20 || l.MaxIdempotencyKey != 256 {
-		t.Fatalf("DefaultLimits = %+v, SPEC §9 says 64 KiB / 16 MiB / 256", l)
+		t.Fatalf("DefaultLimits = %+v, CONTRACT §9 says 64 KiB / 16 MiB / 256", l)
 	}
 	if err := l.Validate(); err != nil {
 		t.Fatalf("DefaultLimits invalid: %v", err)

@@ -138,10 +138,11 @@ func scanWith(r io.ReaderAt, size int64, maxBody int) scanResult {
 }
 
 // TestWholeRecordAfterBoundedMemory: recovery asks whether a whole record
-// follows a failing frame anywhere in the rest of the segment. It read the
-// whole rest into memory at once: a 64 MiB segment cost 64 MiB, a 1 TiB one
-// (Options.SegmentSize allows it) more than any machine has. It now reads a
-// chunk at a time and still finds a record far past the first chunk.
+// follows a failing frame anywhere in the rest of the segment. It reads a
+// chunk at a time — the whole rest at once would cost 64 MiB for a 64 MiB
+// segment, and more than any machine has for a 1 TiB one (Options.
+// SegmentSize allows it) — and still finds a record far past the first
+// chunk.
 func TestWholeRecordAfterBoundedMemory(t *testing.T) {
 	seg := buildSegment(t, "a", 3, false)
 	bad := bytes.Clone(seg.data)

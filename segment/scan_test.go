@@ -616,7 +616,7 @@ func TestScannerReadError(t *testing.T) {
 // length field is damaged so that it points past the end of the file, while
 // complete, valid frames follow it. Torn means "what a crash leaves at the
 // tail": recovery cuts a Torn tail back. Here that would silently drop every
-// acknowledged record after the damaged one, which SPEC §3 forbids ("damage
+// acknowledged record after the damaged one, which CONTRACT §3 forbids ("damage
 // anywhere else ... is never repaired silently"). The same holds for a damaged
 // seal marker in a sealed segment: the seal would be cut off as a torn tail.
 func TestScannerDamagedLengthIsNotTorn(t *testing.T) {
@@ -719,7 +719,7 @@ func TestScannerErrorNamesExpectedSeq(t *testing.T) {
 		"(ParseFrame sets FrameError.Seq = r.Seq and Scanner.next only fills it in when 0)", bad)
 }
 
-// TestScannerFirstSegmentLinksToGenesis: SPEC §2 fixes prev_hash of seq 1 to
+// TestScannerFirstSegmentLinksToGenesis: CONTRACT §2 fixes prev_hash of seq 1 to
 // the anchor's genesis hash. A segment that starts at seq 1 but links to
 // anything else is not a valid log of that anchor, even if it is
 // self-consistent.

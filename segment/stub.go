@@ -31,12 +31,12 @@ import (
 //   - Kept: the whole frames of each key's last record in the segment (a
 //     put, or a delete that keeps an older put from coming back), which the
 //     state at any frontier at or above the cut needs. (Stubs written before
-//     stop 18 kept only records that were their key's newest version
-//     overall; they read the same way.) Each must hash to its seq's entry in
-//     hashes, so a stub cannot smuggle in a record.
+//     688b54a, 2026-11-25, kept only records that were their key's newest
+//     version overall; they read the same way.) Each must hash to its
+//     seq's entry in hashes, so a stub cannot smuggle in a record.
 //   - Idem: every idempotency key of the removed records — seq u64, counter
 //     u64, fingerprint 32 bytes, key length u16, key — since a key once used
-//     is never freed (SPEC §7). Its seq must be in the stub; the receipt's
+//     is never freed (CONTRACT §7). Its seq must be in the stub; the receipt's
 //     hash is the one in hashes.
 //
 // The checksum is BLAKE3 derive-key(ContextStub) over every byte before it.

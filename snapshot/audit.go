@@ -212,8 +212,8 @@ var auditLineHashers = sync.Pool{New: func() any { return auditLineBase.Clone() 
 // NB: blake3.DeriveKey hashes the context again and allocates a Hasher
 // with its 8 KiB buffer at every call, and a line read is hashed twice (its
 // check and its re-encoding): about 28 KB a line, most of what a scan of
-// the audit log allocated once its line buffer no longer did. Reset keeps
-// the derive-key mode and key, so a pooled hasher is a fresh one.
+// the audit log would allocate. Reset keeps the derive-key mode and key, so
+// a pooled hasher is a fresh one.
 func auditLineHash(body []byte) segment.Hash {
 	h := auditLineHashers.Get().(*blake3.Hasher)
 	_, _ = h.Write(body)

@@ -11,14 +11,15 @@ import (
 	"testing/iotest"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// TestAuditScanAllocatesForItsInput: every scan of the audit log
-// (VerifyAudit, ReadAudit: verify, compaction, rebuild, open) allocated a
-// 1 MiB line buffer, the longest line allowed, whatever the log held:
-// FuzzAuditLog ran at about 900 inputs a second for it. A scan of a
-// three-line, 1.6 KB log now allocates about 20 KB (1.1 MB before).
+// TestAuditScanAllocatesForItsInput: a scan of the audit log (VerifyAudit,
+// ReadAudit: verify, compaction, rebuild, open) allocates for what the log
+// holds, not a line buffer of the longest line allowed (1 MiB, which held
+// FuzzAuditLog to about 900 inputs a second): a three-line, 1.6 KB log
+// costs about 20 KB.
 func TestAuditScanAllocatesForItsInput(t *testing.T) {
 	fs := vfs.NewMem()
 	data := writeAuditLog(t, fs, 3)
@@ -38,8 +39,8 @@ func TestAuditScanAllocatesForItsInput(t *testing.T) {
 	}
 	runtime.ReadMemStats(&after)
 	per := (after.TotalAlloc - before.TotalAlloc) / (2 * runs)
-	// Checking each line allocates too (its JSON, its re-encoding), but
-	// no longer a hasher with an 8 KiB buffer twice a line (28 KB a line).
+	// Checking each line allocates too (its JSON, its re-encoding), but not
+	// a hasher with an 8 KiB buffer twice a line (28 KB a line).
 	if limit := uint64(16*len(data) + 16<<10); per > limit {
 		t.Fatalf("a scan of a %d-byte log allocates %d bytes; want at most %d", len(data), per, limit)
 	}
@@ -77,7 +78,7 @@ func TestAuditScanLineBounds(t *testing.T) {
 		writeFile(t, fs, auditPath, c.data)
 		head, err := VerifyAudit(fs, auditPath)
 		if c.err {
-			e := wantCode(t, err, errs.CodeChainBroken)
+			e := testutil.WantCode(t, err, errs.CodeChainBroken)
 			if e.Seq != c.lines+1 || !strings.Contains(e.Message, "longer than") {
 				t.Fatalf("%s: %v; want INT_002 at line %d, too long", c.name, err, c.lines+1)
 			}

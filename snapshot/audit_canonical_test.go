@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -39,7 +40,7 @@ func TestAuditLineNotCanonical(t *testing.T) {
 		// line it is INT_002.
 		writeFile(t, fs, auditPath, append(append([]byte(nil), edited...), `{"seq":2}`+"\n"...))
 		_, err := VerifyAudit(fs, auditPath)
-		wantCode(t, err, errs.CodeChainBroken)
+		testutil.WantCode(t, err, errs.CodeChainBroken)
 	}
 }
 
@@ -58,7 +59,7 @@ func TestAuditAppendRefusesInvalidUTF8(t *testing.T) {
 		{Action: "x", Removed: []AuditItem{{Kind: "cut", Anchor: "\xc3"}}},
 	} {
 		_, err := Append(fs, auditPath, e)
-		wantCode(t, err, errs.CodeInvalidInput)
+		testutil.WantCode(t, err, errs.CodeInvalidInput)
 		head, err := VerifyAudit(fs, auditPath)
 		if err != nil || head.Lines != 1 || head.Torn != 0 {
 			t.Fatalf("after a refused append: %+v, %v", head, err)

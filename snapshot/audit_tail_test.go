@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -30,7 +31,7 @@ func TestAuditBadLastLineBeforeATornTail(t *testing.T) {
 		tampered := []byte(lines[0] + lines[1] + bad + tail)
 		writeFile(t, fs, auditPath, tampered)
 		_, verr := VerifyAudit(fs, auditPath)
-		ve := wantCode(t, verr, errs.CodeChainBroken)
+		ve := testutil.WantCode(t, verr, errs.CodeChainBroken)
 		if ve.Seq != 3 || ve.Offset != badOff {
 			t.Fatalf("tail %q: VerifyAudit at line %d offset %d, want line 3 offset %d: %v", tail[:1], ve.Seq, ve.Offset, badOff, verr)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
@@ -94,7 +95,7 @@ func TestAuditRoundTrip(t *testing.T) {
 func auditError(t *testing.T, fs vfs.FS) *errs.Error {
 	t.Helper()
 	_, err := VerifyAudit(fs, auditPath)
-	e := wantCode(t, err, errs.CodeChainBroken)
+	e := testutil.WantCode(t, err, errs.CodeChainBroken)
 	if e.File != auditPath {
 		t.Fatalf("error names %q", e.File)
 	}
@@ -186,7 +187,7 @@ func TestAuditTamper(t *testing.T) {
 		t.Fatalf("append after a damaged middle line reads only the tail: %v", err)
 	}
 	_, err = VerifyAudit(fs, auditPath)
-	wantCode(t, err, errs.CodeChainBroken)
+	testutil.WantCode(t, err, errs.CodeChainBroken)
 }
 
 // reHash edits a line and recomputes its own hash, as a forger would.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -166,7 +167,7 @@ func TestCreateFailureInjection(t *testing.T) {
 			t.Logf("Create needs %d filesystem operations", i)
 			return
 		}
-		e := wantCode(t, err, errs.CodeWriteFailed)
+		e := testutil.WantCode(t, err, errs.CodeWriteFailed)
 		list, _ := List(mem, "s")
 		for _, l := range list {
 			// Only a failed directory fsync after the rename may leave the

@@ -1,5 +1,5 @@
 // Package snapshot holds anchordb's snapshot files (the key-value state at a
-// frontier, SPEC §6), the retention policy (Policy, ParsePolicy, PolicyRef),
+// frontier, CONTRACT §6), the retention policy (Policy, ParsePolicy, PolicyRef),
 // the compaction planner (PlanCompaction) and the audit log of applied
 // compactions (Append, ReadAudit, VerifyAudit). It does no replay itself: the
 // engine feeds it entries, and proves a snapshot against the log by replaying
@@ -76,7 +76,7 @@
 //
 // # Audit log
 //
-// The audit log records every applied compaction action (SPEC §6) in
+// The audit log records every applied compaction action (CONTRACT §6) in
 // AuditFileName in the database directory: JSON lines, append-only, each
 // line bound to the one before by a hash chain.
 //

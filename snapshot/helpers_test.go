@@ -1,14 +1,12 @@
 package snapshot
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"testing"
 	"time"
 
-	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/zeebo/blake3"
@@ -48,15 +46,6 @@ func seqOf(entries []Entry) iter.Seq2[Entry, error] {
 			}
 		}
 	}
-}
-
-func wantCode(t testing.TB, err error, code errs.Code) *errs.Error {
-	t.Helper()
-	var e *errs.Error
-	if !errors.As(err, &e) || e.Code != code {
-		t.Fatalf("got error %v, want code %s", err, code)
-	}
-	return e
 }
 
 func readFile(t testing.TB, fs vfs.FS, path string) []byte {

@@ -50,7 +50,7 @@ type PlanInput struct {
 	// Checkpointed is, per anchor, the tree size of the newest checkpoint
 	// the database itself stored (the engine counts only one its audit log
 	// records: it holds no key to check a signature, and anyone can write a
-	// note whose roots are the log's). A cut must be covered by it (SPEC §6:
+	// note whose roots are the log's). A cut must be covered by it (CONTRACT §6:
 	// the cut's head is then in a signed tree, so the chain from the cut on
 	// can be checked against a root nobody can rewrite): segments above it
 	// stay. Nil means the caller sets no such bound (tests of the planner
@@ -122,8 +122,8 @@ type Plan struct {
 //     newest snapshot, with at least one record not yet covered). The time
 //     is due, too, when the newest snapshot (or, with none, the oldest
 //     record not in one) is dated after now: after the clock went back its
-//     age is unknown, and a negative age held the trigger off until the
-//     clock caught up. A note names the date;
+//     age is unknown, and a negative age would hold the trigger off until
+//     the clock caught up. A note names the date;
 //  2. delete_snapshot for usable snapshots beyond keep_snapshots, oldest
 //     first (Compare: by the records their frontiers cover, not by the
 //     creation time a clock that went back gets wrong). A planned new snapshot counts toward keep_snapshots, but the

@@ -13,13 +13,12 @@ var timeOnly = policy(func(p *Policy) {
 	p.KeepSnapshots = 2
 })
 
-// TestPlanTimeTriggerAfterTheClockWentBack: the time trigger measured the
-// age of the newest snapshot as now minus its creation time. After the
-// wall clock went back, a snapshot dated after now had a negative age, and
-// every_seconds did not fire until the clock caught up with it: an hour,
-// or ten years. A date after now says nothing about how long ago the
-// snapshot was taken, so the trigger takes it as due, and the plan says
-// why. The same holds for the oldest unsnapshotted record when there is no
+// TestPlanTimeTriggerAfterTheClockWentBack: after the wall clock went
+// back, the newest snapshot can be dated after now. Its age taken as now
+// minus its creation time would be negative, and every_seconds would not
+// fire until the clock caught up with it: an hour, or ten years. A date
+// after now says nothing about how long ago the snapshot was taken, so the
+// trigger takes it as due, and the plan says why. The same holds for the oldest unsnapshotted record when there is no
 // snapshot yet.
 func TestPlanTimeTriggerAfterTheClockWentBack(t *testing.T) {
 	ahead := snap("ahead", -10*365*24*time.Hour, map[string]uint64{"a": 10}) // dated ten years after now

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 )
 
@@ -129,7 +130,7 @@ func TestPlanCompaction(t *testing.T) {
 			Snapshots: truncSnaps[1:], Segments: truncSegs, Stats: Stats{RecordsSinceSnapshot: 1000}},
 			want: []string{"create every_records", "delete B", "cut a 500", "cut b 100", "remove a 1", "remove a 2", "remove a 3", "remove a 4", "remove a 5", "remove b 1", "remove b 2"},
 			keep: []string{"C"}},
-		// SPEC §6: a cut is covered by a signed checkpoint. Here the newest
+		// CONTRACT §6: a cut is covered by a signed checkpoint. Here the newest
 		// stored one holds 250 records of a (segments 1-2 of the 4 below
 		// the snapshots) and none of b.
 		{name: "truncate only what a checkpoint covers", in: PlanInput{Policy: policy(func(p *Policy) { p.KeepSnapshots = 2; p.RawLog = RawLogTruncate }),
@@ -155,7 +156,7 @@ func TestPlanCompaction(t *testing.T) {
 			c.in.Now = planNow
 			plan, err := PlanCompaction(c.in)
 			if c.wantError != "" {
-				wantCode(t, err, c.wantError)
+				testutil.WantCode(t, err, c.wantError)
 				return
 			}
 			if err != nil {
@@ -178,7 +179,7 @@ func TestPlanCompaction(t *testing.T) {
 		})
 	}
 	_, err := PlanCompaction(PlanInput{Policy: DefaultPolicy()})
-	wantCode(t, err, errs.CodeInvalidInput)
+	testutil.WantCode(t, err, errs.CodeInvalidInput)
 }
 
 // checkPlanInvariants holds for every plan: create comes first, the newest

@@ -16,7 +16,7 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// Policy is a retention and compaction policy (SPEC §6). Its JSON shape,
+// Policy is a retention and compaction policy (CONTRACT §6). Its JSON shape,
 // with every default:
 //
 //	{"version":"v1","snapshot":{"every_records":1000,"every_seconds":86400,"every_bytes":104857600},"keep_snapshots":3,"raw_log":"forever","verify_before_delete":true}
@@ -56,7 +56,7 @@ const (
 // maxEverySeconds keeps every_seconds convertible to a time.Duration.
 const maxEverySeconds = math.MaxInt64 / int64(time.Second)
 
-// DefaultPolicy returns the policy of SPEC §6 with every field at its default.
+// DefaultPolicy returns the policy of CONTRACT §6 with every field at its default.
 func DefaultPolicy() Policy {
 	return Policy{
 		Version:            PolicyVersion,

@@ -8,7 +8,7 @@ import (
 	"github.com/anchordb/anchordb/internal/errs"
 )
 
-// specPolicy is the shape of SPEC §6, verbatim.
+// specPolicy is the shape of CONTRACT §6, verbatim.
 const specPolicy = `{"version":"v1","snapshot":{"every_records":1000,"every_seconds":86400,"every_bytes":104857600},"keep_snapshots":3,"raw_log":"forever","verify_before_delete":true}`
 
 // specPolicyRef is BLAKE3-256 of specPolicy, computed outside this package.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/testutil"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/klauspost/compress/zstd"
@@ -110,7 +111,7 @@ func TestStateHashDependsOnStateOnly(t *testing.T) {
 	for _, bad := range [][2]string{{"b", "a"}, {"b", "b"}, {"b", ""}} {
 		h := NewStateHasher()
 		_ = h.Add([]byte(bad[0]), nil)
-		wantCode(t, h.Add([]byte(bad[1]), nil), errs.CodeInvalidInput)
+		testutil.WantCode(t, h.Add([]byte(bad[1]), nil), errs.CodeInvalidInput)
 		if h.Count() != 1 {
 			t.Fatal("a refused pair was counted")
 		}
@@ -153,7 +154,7 @@ func TestCreateRejectsBadInput(t *testing.T) {
 				}
 			}
 			_, err := Create(fs, "snaps", c.meta, seq)
-			wantCode(t, err, c.code)
+			testutil.WantCode(t, err, c.code)
 			names, _ := fs.List("snaps")
 			if len(names) != 0 {
 				t.Fatalf("failed Create left %v", names)
@@ -179,7 +180,7 @@ func TestListAndCleanTemp(t *testing.T) {
 	if len(list) != 4 {
 		t.Fatalf("List returned %d infos", len(list))
 	}
-	wantCode(t, list[0].Err, errs.CodeSnapshotCorrupted)
+	testutil.WantCode(t, list[0].Err, errs.CodeSnapshotCorrupted)
 	if list[0].Created.UnixNano() != 1 {
 		t.Fatalf("unreadable snapshot dated %v", list[0].Created)
 	}
@@ -206,7 +207,7 @@ func TestListAndCleanTemp(t *testing.T) {
 		t.Fatalf("List(missing) = %v, %v", list, err)
 	}
 	_, err = Verify(fs, "s/nope.snap")
-	wantCode(t, err, errs.CodeInvalidInput)
+	testutil.WantCode(t, err, errs.CodeInvalidInput)
 }
 
 // smallSnapshot returns the bytes of a small valid snapshot.
@@ -245,7 +246,7 @@ func TestEveryTruncationDetected(t *testing.T) {
 	for n := 0; n < len(data); n++ {
 		writeFile(t, fs, path, data[:n])
 		_, err := Verify(fs, path)
-		if e := wantCode(t, err, errs.CodeSnapshotCorrupted); e.File != path {
+		if e := testutil.WantCode(t, err, errs.CodeSnapshotCorrupted); e.File != path {
 			t.Fatalf("truncated to %d: error names %q", n, e.File)
 		}
 		if _, err := ReadInfo(fs, path); errs.CodeOf(err) != errs.CodeSnapshotCorrupted {
@@ -254,7 +255,7 @@ func TestEveryTruncationDetected(t *testing.T) {
 	}
 	writeFile(t, fs, path, append(slices.Clone(data), 0))
 	_, err := Verify(fs, path)
-	wantCode(t, err, errs.CodeSnapshotCorrupted)
+	testutil.WantCode(t, err, errs.CodeSnapshotCorrupted)
 }
 
 // forge builds a snapshot file from parts with every checksum correct, so
@@ -364,7 +365,7 @@ func TestForgedStructureDetected(t *testing.T) {
 	for name, f := range cases {
 		writeFile(t, fs, "bad.snap", f.bytes())
 		_, err := Verify(fs, "bad.snap")
-		if e := wantCode(t, err, errs.CodeSnapshotCorrupted); e.File != "bad.snap" {
+		if e := testutil.WantCode(t, err, errs.CodeSnapshotCorrupted); e.File != "bad.snap" {
 			t.Errorf("%s: error names %q", name, e.File)
 		}
 	}

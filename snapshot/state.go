@@ -9,7 +9,7 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// StateHasher computes the state hash of SPEC §6: BLAKE3 derive-key
+// StateHasher computes the state hash of CONTRACT §6: BLAKE3 derive-key
 // (ContextState, "anchordb 2026-11 state v1") over the live (key, value)
 // pairs in ascending key byte order, each pair as
 //

@@ -78,8 +78,8 @@ type Historian interface {
 	History(ctx context.Context, key []byte) (int, error)
 }
 
-// Merger reads every record loaded in the deterministic merged order (SPEC
-// §1) and returns how many it read.
+// Merger reads every record loaded in the deterministic merged order
+// (CONTRACT §1) and returns how many it read.
 type Merger interface {
 	Merge(ctx context.Context) (int, error)
 }

@@ -103,7 +103,7 @@ func (a *anchorDB) PutVersions(ctx context.Context, keys, values [][]byte) error
 }
 
 // History reads the key's versions, values and receipts, in merged order
-// (Versions: what SPEC §4 calls History; the engine's History returns whole
+// (Versions: what CONTRACT §4 calls History; the engine's History returns whole
 // records, reading each from its segment, which the peers have no
 // counterpart of).
 func (a *anchorDB) History(ctx context.Context, key []byte) (int, error) {

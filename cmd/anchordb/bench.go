@@ -60,15 +60,7 @@ same flags and runs every system (make bench does).`,
 			if err != nil {
 				return err
 			}
-			rs, err := harness.Run(e.ctx, cfg, openers, strings.Split(workloads, ","), func(r harness.Result) {
-				switch {
-				case e.g.json || e.g.quiet:
-				case r.Skipped != "":
-					fmt.Fprintf(e.stderr, "  %s on %s: skipped (%s)\n", r.Workload, r.System, r.Skipped)
-				default:
-					fmt.Fprintf(e.stderr, "  %s on %s: %.0f records/s\n", r.Workload, r.System, r.RecordsSec)
-				}
-			})
+			rs, err := harness.Run(e.ctx, cfg, openers, strings.Split(workloads, ","), e.print.BenchResult)
 			if err != nil {
 				if errs.CodeOf(err) != "" { // e.g. a size over a limit: INPUT_001 naming it
 					return err
@@ -80,15 +72,7 @@ same flags and runs every system (make bench does).`,
 					return errs.Wrap(errs.CodeWriteFailed, err, "write results to %s", out)
 				}
 			}
-			if e.g.json {
-				e.out.json(map[string]any{"config": cfg, "results": rs})
-				return nil
-			}
-			var b strings.Builder
-			harness.Table(&b, rs)
-			for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
-				e.out.linef("%s", line)
-			}
+			e.print.Bench(cfg, rs)
 			return nil
 		}
 	},
@@ -109,4 +93,39 @@ func pickSystems(all []harness.Opener, list string) ([]harness.Opener, error) {
 		}
 	}
 	return out, nil
+}
+
+// benchPrinter prints the harness's results: each as it comes (progress,
+// on stderr) and the table of them all. It is part of printer; its
+// methods are here, beside the only code of the command that knows the
+// harness.
+type benchPrinter interface {
+	BenchResult(r harness.Result)
+	Bench(cfg harness.Config, rs []harness.Result)
+}
+
+// BenchResult says on stderr how a workload ran on a system, unless quiet.
+func (p *textPrinter) BenchResult(r harness.Result) {
+	switch {
+	case p.quiet:
+	case r.Skipped != "":
+		fmt.Fprintf(p.stderr, "  %s on %s: skipped (%s)\n", r.Workload, r.System, r.Skipped)
+	default:
+		fmt.Fprintf(p.stderr, "  %s on %s: %.0f records/s\n", r.Workload, r.System, r.RecordsSec)
+	}
+}
+
+func (p *textPrinter) Bench(_ harness.Config, rs []harness.Result) {
+	var b strings.Builder
+	harness.Table(&b, rs)
+	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		p.out.linef("%s", line)
+	}
+}
+
+// BenchResult prints nothing: the results come together at the end.
+func (p *jsonPrinter) BenchResult(harness.Result) {}
+
+func (p *jsonPrinter) Bench(cfg harness.Config, rs []harness.Result) {
+	p.out.json(map[string]any{"config": cfg, "results": rs})
 }

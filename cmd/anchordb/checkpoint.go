@@ -1,10 +1,7 @@
 package main
 
 import (
-	"time"
-
 	"github.com/anchordb/anchordb/proof"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
 
@@ -62,15 +59,11 @@ func checkpointCreate(e *env, keyFile string) error {
 	if err != nil {
 		return err
 	}
-	if !e.g.json {
-		e.out.write(msg)
-		return nil
-	}
-	out := checkpointCreatedJSON{Note: string(msg), checkpointSummary: summarize(cp)}
+	var file string
 	if latest, err := db.LatestCheckpoint(e.ctx); err == nil && latest != nil {
-		out.File = latest.Path
+		file = latest.Path
 	}
-	e.out.json(out)
+	e.print.CheckpointCreated(msg, cp, file)
 	return nil
 }
 
@@ -93,48 +86,6 @@ func checkpointVerify(e *env, noteFile, pubFile string) error {
 	if err != nil {
 		return err
 	}
-	if e.g.json {
-		out := checkpointVerifiedJSON{OK: true, checkpointSummary: summarize(cp), Entries: make([]entryJSON, len(cp.Entries))}
-		for i, en := range cp.Entries {
-			out.Entries[i] = entryJSON{Anchor: en.Anchor, Size: en.Size, Root: en.Root}
-		}
-		e.out.json(out)
-		return nil
-	}
-	if !e.g.quiet {
-		e.out.linef("checkpoint verified: %s, %s, %s, root %s, time %s",
-			cp.Origin, plural(cp.Anchors, "anchor"), plural(cp.Records, "record"), cp.Root, cp.Time.Format(time.RFC3339Nano))
-	}
+	e.print.CheckpointVerified(cp)
 	return nil
-}
-
-type checkpointSummary struct {
-	Origin  string       `json:"origin"`
-	Anchors uint64       `json:"anchors"`
-	Records uint64       `json:"records"`
-	Root    segment.Hash `json:"root"`
-	Time    string       `json:"time"`
-}
-
-func summarize(cp *proof.Checkpoint) checkpointSummary {
-	return checkpointSummary{Origin: cp.Origin, Anchors: cp.Anchors, Records: cp.Records, Root: cp.Root,
-		Time: cp.Time.UTC().Format(time.RFC3339Nano)}
-}
-
-type checkpointCreatedJSON struct {
-	Note string `json:"note"`
-	File string `json:"file"`
-	checkpointSummary
-}
-
-type checkpointVerifiedJSON struct {
-	OK bool `json:"ok"`
-	checkpointSummary
-	Entries []entryJSON `json:"entries"`
-}
-
-type entryJSON struct {
-	Anchor string       `json:"anchor"`
-	Size   uint64       `json:"size"`
-	Root   segment.Hash `json:"root"`
 }

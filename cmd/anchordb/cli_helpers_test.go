@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		signalHelper(os.Getenv(signalHelperEnv)) // a child of TestSecondSignalExitsAtOnce
 		return
 	}
+	if dir := os.Getenv(writerHelperEnv); dir != "" {
+		writerHelper(dir) // a child of TestVerifyLogProveBesideAWriterProcess
+		return
+	}
 	dir, err := os.MkdirTemp("", "anchordb-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -95,7 +99,9 @@ func mustRun(t *testing.T, args ...string) result {
 	return r
 }
 
-func wantCode(t *testing.T, r result, code int) {
+// wantExit requires the run to have exited with code (README: 0 ok, 1 an
+// integrity or conflict finding, 2 usage, I/O or bad input).
+func wantExit(t *testing.T, r result, code int) {
 	t.Helper()
 	if r.code != code {
 		t.Fatalf("want exit %d, got %v", code, r)

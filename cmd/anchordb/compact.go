@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strings"
-
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/snapshot"
 	"github.com/spf13/pflag"
@@ -12,7 +10,7 @@ var compactCmd = &command{
 	name:    "compact",
 	args:    "--policy F [--dry-run|--apply]",
 	summary: "plan (by default) or apply retention and compaction under a policy: snapshots, deletions, truncation",
-	detail: `Reads the retention policy in F ('-' for stdin; SPEC §6, missing fields take their defaults):
+	detail: `Reads the retention policy in F ('-' for stdin; docs/CONTRACT.md §6, missing fields take their defaults):
   {"version":"v1","snapshot":{"every_records":1000,"every_seconds":86400,"every_bytes":104857600},
    "keep_snapshots":3,"raw_log":"forever","verify_before_delete":true}
 An unknown field, a wrong type or a value out of range is INPUT_001 (exit 2).
@@ -21,7 +19,7 @@ An unknown field, a wrong type or a value out of range is INPUT_001 (exit 2).
 create_snapshot when a trigger fired, delete_snapshot beyond keep_snapshots, and with
 raw_log "truncate" record_cut and remove_segment for sealed segments wholly below the
 oldest kept snapshot and covered by the newest checkpoint the database stored itself,
-as its audit log records (SPEC §6: the cut lies in a signed tree; sign one with
+as its audit log records (docs/CONTRACT.md §6: the cut lies in a signed tree; sign one with
 checkpoint create) — with the snapshots kept and notes on what is left alone, among them
 any other file in checkpoints/. A plan that does nothing of a kind says what holds it
 back: no trigger fired, the snapshots are within keep_snapshots, and for truncation no
@@ -56,7 +54,11 @@ Progress is drawn on stderr when it is a terminal.`,
 			if err != nil {
 				return err
 			}
-			db, err := e.open()
+			open := e.open
+			if !apply {
+				open = e.openRead // a plan changes nothing
+			}
+			db, err := open()
 			if err != nil {
 				return err
 			}
@@ -64,15 +66,15 @@ Progress is drawn on stderr when it is a terminal.`,
 			bar := e.newProgress()
 			if bar.on {
 				opts.Progress = func(i, n int, a snapshot.Action) {
-					bar.update("compact: %d/%d %s %s", i+1, n, a.Kind, a.Anchor)
+					bar.Update("compact: %d/%d %s %s", i+1, n, a.Kind, a.Anchor)
 				}
 			}
 			res, err := db.Compact(e.ctx, policy, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}
-			printCompaction(e, res)
+			e.print.Compaction(res)
 			return nil
 		}
 	},
@@ -85,61 +87,4 @@ func readPolicy(e *env, path string) (snapshot.Policy, error) {
 		return snapshot.Policy{}, err
 	}
 	return snapshot.ParsePolicy(data)
-}
-
-type compactAppliedJSON struct {
-	Applied      bool              `json:"applied"`
-	Plan         snapshot.Plan     `json:"plan"`
-	Created      *snapshotInfoJSON `json:"created"`
-	RemovedBytes int64             `json:"removed_bytes"`
-	StubBytes    int64             `json:"stub_bytes"`
-	NetBytes     int64             `json:"net_bytes"`
-}
-
-func printCompaction(e *env, res engine.CompactionResult) {
-	if e.g.json {
-		if !res.Applied {
-			e.out.json(res.Plan)
-			return
-		}
-		out := compactAppliedJSON{Applied: true, Plan: res.Plan, RemovedBytes: res.RemovedBytes, StubBytes: res.StubBytes, NetBytes: res.NetBytes()}
-		if res.Created != nil {
-			c := snapshotInfoJSON(*res.Created)
-			out.Created = &c
-		}
-		e.out.json(out)
-		return
-	}
-	if e.g.quiet && !res.Applied {
-		return
-	}
-	var b strings.Builder
-	_ = res.Plan.WriteText(&b)
-	if !e.g.quiet {
-		e.out.write([]byte(b.String()))
-	}
-	if !res.Applied {
-		if len(res.Plan.Actions) > 0 {
-			e.out.linef("dry run: nothing was changed; run with --apply to carry the plan out")
-		}
-		return
-	}
-	var deleted, cuts, removed int
-	for _, a := range res.Plan.Actions {
-		switch a.Kind {
-		case snapshot.ActionDeleteSnapshot:
-			deleted++
-		case snapshot.ActionRecordCut:
-			cuts++
-		case snapshot.ActionRemoveSegment:
-			removed++
-		}
-	}
-	created := "no snapshot created"
-	if res.Created != nil {
-		created = "created " + res.Created.Name
-	}
-	e.out.linef("applied %s: %s, %s deleted, %s recorded, %s removed (%s; stubs of %s written in their place: %s)",
-		plural(len(res.Plan.Actions), "action"), created, plural(deleted, "snapshot"), plural(cuts, "cut"), plural(removed, "segment"),
-		humanBytes(res.RemovedBytes), humanBytes(res.StubBytes), netText(res.NetBytes()))
 }

@@ -26,14 +26,14 @@ func TestLockHeld(t *testing.T) {
 	}
 	for _, args := range [][]string{{"put", "a", "k", "v"}, {"get", "k"}, {"stats"}} {
 		r := runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		e := errObj(t, r, "STATE_001")
 		if e["reason"] != "scope_locked" || !strings.Contains(str(t, e, "message"), "pid "+strconv.Itoa(os.Getpid())) {
 			t.Fatalf("%v: %v", args, e)
 		}
 	}
 	r := runCLI(t, "--dir", dir, "put", "a", "k", "v")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	if !strings.Contains(r.stderr, "STATE_001 scope_locked") {
 		t.Fatalf("human: %v", r)
 	}
@@ -154,7 +154,7 @@ func TestDemo(t *testing.T) {
 	}
 	// The directory now holds a database: a second demo there is refused.
 	r = runCLI(t, "--json", "demo", "--dir", dir, "--records", "1")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 
 	r = mustRun(t, "--quiet", "demo", "--writers", "1", "--anchors", "1", "--records", "5")
@@ -191,7 +191,7 @@ func TestNoDatabaseNotCreated(t *testing.T) {
 		missing := filepath.Join(tmp, "missing")
 		for _, dir := range []string{missing, empty} {
 			r := runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			e := errObj(t, r, "INPUT_001")
 			if args[0] != "import" && !strings.Contains(str(t, e, "message"), "no anchordb database at "+dir) {
 				t.Fatalf("%v in %s: %v", args, dir, e)
@@ -212,7 +212,7 @@ func TestNoDatabaseNotCreated(t *testing.T) {
 		mustRun(t, "--dir", dir, "stats")
 	}
 	r := cli(t, []byte("x"), []string{"--dir", filepath.Join(tmp, "new-append"), "append", "a", "--type", "T"})
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 }
 
 // TestJSONErrorOnFailedStdout: with --json an error is printed on stdout;
@@ -233,7 +233,7 @@ func TestJSONErrorOnFailedStdout(t *testing.T) {
 		fmt.Fprintf(&b, `{"anchor":"a","key":"k%d","value":"%s"}`+"\n", i, strings.Repeat("v", 400))
 	}
 	r := cli(t, []byte(b.String()), []string{"--dir", dir, "import", "-"})
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 
 	run := func(args ...string) result {
 		cmd := exec.Command(binary, args...)

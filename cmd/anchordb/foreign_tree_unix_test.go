@@ -28,13 +28,13 @@ func TestForeignEntryInDatabaseTree(t *testing.T) {
 	}
 
 	r := runWithin(t, 30*time.Second, "--dir", dir, "--json", "rebuild-index", "--apply")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "INT_002")
 	if _, err := os.Stat(filepath.Join(dir, "index")); err != nil {
 		t.Fatalf("the refused rebuild dropped the index: %v", err)
 	}
 	r = runWithin(t, 30*time.Second, "--dir", dir, "--json", "verify")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	found := false
 	for _, f := range obj(t, r.stdout)["failures"].([]any) {
 		m := f.(map[string]any)
@@ -46,7 +46,7 @@ func TestForeignEntryInDatabaseTree(t *testing.T) {
 		t.Fatalf("verify: no INT_002 finding at %s: %s", seg, r.stdout)
 	}
 	r = runWithin(t, 30*time.Second, "--dir", dir, "--json", "get", "k")
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 
 	if err := os.Remove(seg); err != nil {
 		t.Fatal(err)
@@ -60,17 +60,17 @@ func TestForeignEntryInDatabaseTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runWithin(t, 30*time.Second, "--dir", dir, "--json", "get", "k")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "INT_002")
 	if err := os.Remove(fifo); err != nil {
 		t.Fatal(err)
 	}
 	// The anchor verify found damaged stays read-only until the operator
-	// rebuilds the index (SPEC §3, docs/RELIABILITY.md).
+	// rebuilds the index (CONTRACT §3, docs/RELIABILITY.md).
 	r = runWithin(t, 30*time.Second, "--dir", dir, "--json", "verify")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	r = runWithin(t, 30*time.Second, "--dir", dir, "rebuild-index", "--apply")
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 	r = runWithin(t, 30*time.Second, "--dir", dir, "--json", "verify")
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 }

@@ -20,9 +20,9 @@ var overLimit = uint64(engine.MaxCallerCounter) + 10
 // the caller limit, with an idempotency key that is not a retry (neither in
 // the database nor on an earlier line of the input), is over a limit: the
 // import is refused whole with INPUT_001 naming that line, and nothing of the
-// lines before it is appended (SPEC §9). Until stop 21's review pass 1 let
-// the line through (it might have been a retry) and the engine refused it
-// in pass 2, after the batches before it were written.
+// lines before it is appended (CONTRACT §9). Pass 1 decides it: letting the
+// line through (it might have been a retry) would leave the engine to
+// refuse it in pass 2, after the batches before it were written.
 func TestImportOverLimitCounterIsAllOrNothing(t *testing.T) {
 	var in []string
 	for i := 1; i <= 7; i++ {
@@ -36,7 +36,7 @@ func TestImportOverLimitCounterIsAllOrNothing(t *testing.T) {
 
 	check := func(t *testing.T, r result) {
 		t.Helper()
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		e := errObj(t, r, "INPUT_001")
 		if num(t, e, "line") != 7 || num(t, e, "imported") != 0 {
 			t.Fatalf("error %v: want line 7, nothing imported", e)
@@ -73,7 +73,7 @@ func TestImportOverLimitCounterIsAllOrNothing(t *testing.T) {
 	}
 
 	// A retry of an earlier line of the same input is a duplicate, whatever
-	// its counter (SPEC §7): the import goes through.
+	// its counter (CONTRACT §7): the import goes through.
 	retry := fmt.Sprintf(`{"anchor":"w","key":"x","value":"v","idempotency_key":"op-x","counter":%d}`, overLimit)
 	first := `{"anchor":"w","key":"x","value":"v","idempotency_key":"op-x","counter":500}`
 	r := mustRun(t, "--dir", t.TempDir(), "--json", "import", "--batch", "2",
@@ -112,7 +112,7 @@ func TestImportRetriesAnOverLimitAppend(t *testing.T) {
 	retryOld := fmt.Sprintf(`{"anchor":"old","key":"k","value":"v","idempotency_key":"op-old","counter":%d}`, overLimit)
 	newOld := fmt.Sprintf(`{"anchor":"old","key":"k","value":"v","idempotency_key":"op-new","counter":%d}`, overLimit+1)
 	r := runCLI(t, "--dir", dst, "--json", "import", "--batch", "1", writeLines(t, good, retryOld, good, newOld))
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	if e := errObj(t, r, "INPUT_001"); num(t, e, "line") != 4 || num(t, e, "imported") != 0 {
 		t.Fatalf("error %v: want line 4, nothing imported", e)
 	}

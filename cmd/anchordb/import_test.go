@@ -68,7 +68,7 @@ func TestImportNativeLines(t *testing.T) {
 	}
 	// Human summary, and stdin.
 	r = cli(t, []byte(`{"anchor":"imp3","key":"x","value":"y"}`), []string{"--dir", dir, "import", "-"})
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 	if !strings.Contains(r.stdout, "imported 1 record") {
 		t.Fatalf("human summary: %v", r)
 	}
@@ -176,7 +176,7 @@ func TestImportErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			r := runCLI(t, "--dir", dir, "--json", "import", writeLines(t, c.lines...))
-			wantCode(t, r, c.exit)
+			wantExit(t, r, c.exit)
 			e := errObj(t, r, c.code)
 			if num(t, e, "line") != int64(c.line) || num(t, e, "imported") != int64(c.imported) {
 				t.Fatalf("line/imported: %v", e)
@@ -203,7 +203,7 @@ func TestImportErrors(t *testing.T) {
 			}
 			// Without --json: one line on stderr naming the line.
 			r = runCLI(t, "--dir", t.TempDir(), "import", writeLines(t, c.lines...))
-			wantCode(t, r, c.exit)
+			wantExit(t, r, c.exit)
 			if !strings.Contains(r.stderr, c.code) || !strings.Contains(r.stderr, fmt.Sprintf("line %d: ", c.line)) {
 				t.Fatalf("human error: %v", r)
 			}
@@ -211,7 +211,7 @@ func TestImportErrors(t *testing.T) {
 	}
 
 	r := runCLI(t, "--dir", t.TempDir(), "--json", "import", filepath.Join(t.TempDir(), "absent.jsonl"))
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 }
 
@@ -225,7 +225,7 @@ func TestImportConflictInsideBatch(t *testing.T) {
 	}
 	in = append(in, `{"anchor":"q","key":"x","counter":1}`, `{"anchor":"q","key":"y"}`)
 	r := runCLI(t, "--dir", dir, "--json", "import", "--batch", "1000", "--no-sync", writeLines(t, in...))
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	e := errObj(t, r, "STATE_002")
 	if num(t, e, "line") != 2501 || num(t, e, "imported") != 2500 {
 		t.Fatalf("error %v", e)
@@ -263,7 +263,7 @@ func TestImportUTF8(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			r := runCLI(t, "--dir", dir, "--json", "import", writeLines(t, good, c.line))
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			e := errObj(t, r, "INPUT_001")
 			if msg := str(t, e, "message"); num(t, e, "line") != 2 || !strings.HasPrefix(msg, "line 2: ") || !strings.Contains(msg, strconv.Quote(c.field)) {
 				t.Fatalf("message does not name line 2 and field %q: %v", c.field, e)
@@ -313,7 +313,7 @@ func dirState(t *testing.T, dir string) map[string]string {
 
 // TestImportAllOrNothing: a malformed or over-limit line anywhere in the
 // input, from a file or from stdin, is found before anything is appended,
-// so the database is unchanged (SPEC §9: never a partial write).
+// so the database is unchanged (CONTRACT §9: never a partial write).
 func TestImportAllOrNothing(t *testing.T) {
 	var in []string
 	for i := 1; i <= 25; i++ {
@@ -341,7 +341,7 @@ func TestImportAllOrNothing(t *testing.T) {
 			logBefore := mustRun(t, "--dir", dir, "--json", "log", "w").stdout
 
 			r := runCLI(t, "--dir", dir, "--json", "import", "--batch", "2", file)
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			e := errObj(t, r, "INPUT_001")
 			if num(t, e, "line") != int64(c.at+1) || num(t, e, "imported") != 0 {
 				t.Fatalf("error %v, want line %d and nothing imported", e, c.at+1)
@@ -358,7 +358,7 @@ func TestImportAllOrNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			r = cli(t, data, []string{"--dir", dir, "--json", "import", "--batch", "2", "-"}, "TMPDIR="+tmp)
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			if e := errObj(t, r, "INPUT_001"); num(t, e, "line") != int64(c.at+1) {
 				t.Fatalf("stdin: %v", e)
 			}
@@ -377,7 +377,7 @@ func TestImportAllOrNothing(t *testing.T) {
 	// A good input from stdin still imports, and leaves no spool behind.
 	dir, tmp := t.TempDir(), t.TempDir()
 	r := cli(t, []byte(strings.Join(in, "\n")), []string{"--dir", dir, "--json", "import", "--batch", "7", "-"}, "TMPDIR="+tmp)
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 	if m := obj(t, r.stdout); num(t, m, "imported") != 25 || num(t, m, "lines") != 25 {
 		t.Fatalf("summary %v", m)
 	}
@@ -387,10 +387,10 @@ func TestImportAllOrNothing(t *testing.T) {
 }
 
 // TestImportADirectory: a directory given as FILE is bad input (INPUT_001),
-// not an I/O failure of the system (it was IO_001, stop 18's review).
+// not an I/O failure of the system (IO_001).
 func TestImportADirectory(t *testing.T) {
 	tmp := t.TempDir()
 	r := runCLI(t, "--dir", filepath.Join(tmp, "db"), "--json", "import", tmp)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 }

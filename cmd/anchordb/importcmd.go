@@ -1,17 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
 	"io"
 	"os"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/segment"
+	"github.com/anchordb/anchordb/tool/importer"
 	"github.com/spf13/pflag"
-	"github.com/zeebo/blake3"
 )
 
 var importCmd = &command{
@@ -74,9 +72,10 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			}
 			// Pass 1: every line is checked before the database is opened,
 			// so a malformed or over-limit line anywhere appends nothing.
-			limits := segment.DefaultLimits()
-			input, cleanup, err := checkImportInput(e, args[0], limits)
-			defer cleanup()
+			input, err := checkImportInput(e, args[0])
+			if input != nil {
+				defer input.Close()
+			}
 			if err != nil {
 				return err
 			}
@@ -86,432 +85,66 @@ idempotency key had been used for the same request (nothing appended), non-blank
 			}
 			// Lines whose counter only a retry may carry are checked
 			// against the database before anything is appended.
-			if len(input.over) > 0 {
-				in, err := input.open()
-				if err != nil {
-					return err
-				}
-				if err := checkRetries(e, db, in, input.over, limits); err != nil {
-					return err
-				}
+			if err := input.CheckRetries(e.ctx, db); err != nil {
+				return err
 			}
 			// Pass 2: append.
-			in, err := input.open()
-			if err != nil {
-				return err
-			}
-			im := &importer{e: e, db: db, limits: db.Options().Limits, batch: batch, prog: e.newProgress(), total: input.lines}
+			prog := e.newProgress()
+			im := &importer.Importer{DB: db, Batch: batch, Progress: func(s importer.Summary) {
+				prog.Update("import: %d of %s, %s imported", s.Lines, humanize.Plural(input.Lines, "line"), humanize.Plural(s.Imported, "record"))
+			}}
 			if noSync {
-				im.opts = []engine.WriteOption{engine.WithNoSync(true)}
+				im.Options = []engine.WriteOption{engine.WithNoSync(true)}
 			}
-			err = im.run(in)
-			im.prog.done()
+			sum, err := im.Import(e.ctx, input.Input)
+			prog.Done()
 			if err != nil {
 				return err
 			}
-			if e.g.json {
-				e.out.json(importSummary{Imported: im.imported, Duplicates: im.duplicates, Lines: im.lines})
-			} else if !e.g.quiet {
-				e.out.linef("imported %s, %s, from %s", plural(im.imported, "record"), plural(im.duplicates, "duplicate"), plural(im.lines, "line"))
-			}
+			e.print.Import(sum)
 			return nil
 		}
 	},
 }
 
-type importSummary struct {
-	Imported   int `json:"imported"`
-	Duplicates int `json:"duplicates"`
-	Lines      int `json:"lines"`
-}
-
-// importError stops an import at a line. imported and duplicates count what
-// the lines before it did.
-type importError struct {
-	line                 int // 0: not a particular line
-	imported, duplicates int
-	err                  error
-}
-
-func (e *importError) Error() string {
-	where := fmt.Sprintf("line %d: ", e.line)
-	if e.line == 0 {
-		where = ""
+// checkImportInput opens FILE ('-': stdin) and runs pass 1 of the import
+// over it (importer.Check). A regular file is read again by pass 2; any
+// other (stdin, a pipe, a FIFO) is read with the command's context, so an
+// interrupt ends a read that waits for a writer. The input's Close closes
+// the file as well; it is non-nil whenever a file was opened.
+func checkImportInput(e *env, name string) (*importInput, error) {
+	limits := segment.DefaultLimits()
+	if name == "-" {
+		in, err := importer.Check(e.ctx, e.stdin, nil, limits)
+		return &importInput{Input: in}, err
 	}
-	return fmt.Sprintf("%s%s (before it: %s imported, %s)", where, messageOf(e.err),
-		plural(e.imported, "record"), plural(e.duplicates, "duplicate"))
+	f, r, regular, err := openInput(e.ctx, name)
+	if err != nil {
+		if e.ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
+	}
+	var file io.ReadSeeker
+	if regular {
+		file = f
+	}
+	in, err := importer.Check(e.ctx, r, file, limits)
+	return &importInput{Input: in, file: f}, err
 }
 
-// plural is "1 noun" or "n nouns" (or, given, n and the plural form).
-func plural[N ~int | ~int64 | ~uint64 | ~uint32](n N, noun string, nouns ...string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	if len(nouns) > 0 {
-		return fmt.Sprintf("%d %s", n, nouns[0])
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-func (e *importError) Unwrap() error { return e.err }
-
-// importInput is an import's input once pass 1 has checked it.
+// importInput is an import's checked input and the file it was read from.
 type importInput struct {
-	lines int // non-blank
-	// over maps the lines whose counter is above engine.MaxCallerCounter,
-	// which only a retry may carry, by overKey of their anchor and
-	// idempotency key, to the first such line of each (checkRetries).
-	over map[[32]byte]int
-	// open returns a reader of the input from its start, yielding only
-	// the bytes pass 1 checked.
-	open func() (io.Reader, error)
+	*importer.Input
+	file *os.File
 }
 
-// overKey identifies an anchor's idempotency key in importInput.over.
-func overKey(anchor string, key []byte) [32]byte {
-	return blake3.Sum256(append(append([]byte(anchor), 0), key...))
-}
-
-// checkImportInput is the first pass of an import: it parses and checks
-// every line of FILE ('-': stdin) against limits, appending nothing, and
-// returns the input, to be read again from its start. A regular file is read
-// again; stdin, a pipe or any other stream is copied to a spool file in the
-// OS temp directory as it is checked, which cleanup removes (call it in
-// every case, also after an error).
-func checkImportInput(e *env, name string, limits segment.Limits) (input importInput, cleanup func(), err error) {
-	var closers []func()
-	cleanup = func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
+// Close removes the input's spool file and closes its file.
+func (in *importInput) Close() {
+	if in.Input != nil {
+		in.Input.Close()
 	}
-	var src io.Reader = e.stdin
-	var file *os.File
-	var hasher *chunkHasher
-	if name != "-" {
-		f, in, regular, err := openInput(e.ctx, name)
-		if err != nil {
-			if e.ctx.Err() != nil {
-				return input, cleanup, err
-			}
-			return input, cleanup, errs.Wrap(errs.CodeInvalidInput, err, "open import file")
-		}
-		closers = append(closers, func() { f.Close() })
-		src = in
-		if regular {
-			file = f
-			hasher = newChunkHasher(in)
-			src = hasher
-		}
+	if in.file != nil {
+		in.file.Close()
 	}
-	var spool *os.File
-	var spoolBuf *bufio.Writer
-	if file == nil {
-		// NB: a stream can be read only once: keep what pass 1 read.
-		spool, err = os.CreateTemp("", "anchordb-import-*.jsonl")
-		if err != nil {
-			return input, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "create a spool file for the import input")
-		}
-		closers = append(closers, func() { spool.Close(); os.Remove(spool.Name()) })
-		spoolBuf = bufio.NewWriterSize(spool, 1<<20)
-	}
-	input.over = map[[32]byte]int{}
-	input.lines, err = checkLines(e, src, spoolBuf, limits, input.over)
-	if err != nil {
-		return input, cleanup, err
-	}
-	rewind := file
-	if spool != nil {
-		if err := spoolBuf.Flush(); err != nil {
-			return input, cleanup, errs.Wrap(errs.CodeWriteFailed, err, "write the spool file of the import input")
-		}
-		rewind = spool
-	}
-	input.open = func() (io.Reader, error) {
-		if _, err := rewind.Seek(0, io.SeekStart); err != nil {
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "rewind the import input")
-		}
-		if hasher != nil {
-			// A regular file is read again: what follows pass 1 gets
-			// only bytes that match what was checked (importverify.go).
-			return hasher.verifier(rewind), nil
-		}
-		return rewind, nil
-	}
-	return input, cleanup, nil
-}
-
-// checkLines parses every line of r, copying each (with a newline, so the
-// line numbers stay) to spool when spool is not nil, and noting in over the
-// first line of each anchor's idempotency key that comes with a counter
-// above engine.MaxCallerCounter. The first bad line is an importError
-// naming it, with nothing imported.
-func checkLines(e *env, r io.Reader, spool *bufio.Writer, limits segment.Limits, over map[[32]byte]int) (int, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
-	lineNo, lines := 0, 0
-	for {
-		if err := e.ctx.Err(); err != nil {
-			return lines, &importError{err: err}
-		}
-		line, err := readLine(br)
-		if err == io.EOF {
-			return lines, nil
-		}
-		lineNo++
-		if err != nil {
-			if cerr := e.ctx.Err(); cerr != nil {
-				return lines, &importError{err: cerr} // interrupted while reading
-			}
-			return lines, &importError{line: lineNo, err: err}
-		}
-		if spool != nil {
-			_, err := spool.Write(line)
-			if err == nil {
-				err = spool.WriteByte('\n')
-			}
-			if err != nil {
-				return lines, errs.Wrap(errs.CodeWriteFailed, err, "write the spool file of the import input")
-			}
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		lines++
-		ent, err := parseImportLine(line, limits)
-		if err != nil {
-			return lines, &importError{line: lineNo, err: err}
-		}
-		if ent.Counter > engine.MaxCallerCounter {
-			k := overKey(ent.Anchor, ent.IdempotencyKey)
-			if _, seen := over[k]; !seen {
-				over[k] = lineNo
-			}
-		}
-	}
-}
-
-// checkRetries is the check between the passes of an import that holds
-// lines with a counter above engine.MaxCallerCounter (with an idempotency
-// key: parseImportLine refuses one without). Such a line may only retry an
-// append (SPEC §7); as a new append it is over a limit, which refuses the
-// whole import before anything is appended (SPEC §9), as pass 1 refuses
-// any other line over a limit. So the first line of each such key (over)
-// must find the key used already: by an earlier line of the input (it is
-// then that line's duplicate, or conflicts with it, found as the lines are
-// appended) or by an append the database holds. r reads the input from its
-// start; over is consumed.
-func checkRetries(e *env, db *engine.DB, r io.Reader, over map[[32]byte]int, limits segment.Limits) error {
-	last := 0
-	for _, n := range over {
-		last = max(last, n)
-	}
-	br := bufio.NewReaderSize(r, 1<<20)
-	for lineNo := 1; lineNo <= last; lineNo++ {
-		if err := e.ctx.Err(); err != nil {
-			return &importError{err: err}
-		}
-		line, err := readLine(br)
-		if err == io.EOF {
-			err = errs.Wrap(errs.CodeInvalidInput, errImportChanged, "it ends before line %d", lineNo)
-		}
-		if err != nil {
-			return &importError{line: lineNo, err: err}
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		ent, err := parseImportLine(line, limits)
-		if err != nil {
-			return &importError{line: lineNo, err: err} // pass 1 took it: a defect
-		}
-		if len(ent.IdempotencyKey) == 0 {
-			continue
-		}
-		k := overKey(ent.Anchor, ent.IdempotencyKey)
-		first, ok := over[k]
-		if !ok || lineNo > first {
-			continue
-		}
-		delete(over, k)
-		if lineNo < first {
-			continue // the over-limit line retries this one
-		}
-		_, used, err := db.IdempotencyReceipt(e.ctx, ent.Anchor, ent.IdempotencyKey)
-		if err != nil {
-			return &importError{line: lineNo, err: err}
-		}
-		if !used {
-			return &importError{line: lineNo, err: errs.New(errs.CodeInvalidInput,
-				"counter %d is above the limit %d for a counter a caller supplies, and idempotency key %q retries no append of anchor %q (only a retry may carry such a counter)",
-				ent.Counter, uint64(engine.MaxCallerCounter), ent.IdempotencyKey, ent.Anchor)}
-		}
-	}
-	return nil
-}
-
-// maxLine bounds one input line: a value at the 16 MiB limit in base64 with
-// a key at its limit, with room for JSON escapes.
-const maxLine = 128 << 20
-
-type importer struct {
-	e      *env
-	db     *engine.DB
-	limits segment.Limits
-	opts   []engine.WriteOption
-	batch  int
-	prog   *progress
-
-	entries []engine.Entry
-	lineNos []int // the input line of each pending entry
-	bytes   int64 // what the pending entries count toward engine.MaxBatchBytes
-	total   int   // the non-blank lines pass 1 counted
-
-	lines, imported, duplicates int
-}
-
-// importBatchBytes bounds the keys and values of one import batch (counted
-// as engine.MaxBatchBytes counts them): 1,000 lines of 16 MiB values would
-// otherwise be held at once. A variable for tests.
-var importBatchBytes int64 = 64 << 20
-
-func (im *importer) run(in io.Reader) error {
-	r := bufio.NewReaderSize(in, 1<<20)
-	lineNo := 0
-	for {
-		line, err := readLine(r)
-		if err == io.EOF {
-			break
-		}
-		lineNo++
-		if err != nil {
-			if ferr := im.flush(); ferr != nil {
-				return ferr
-			}
-			return &importError{line: lineNo, imported: im.imported, duplicates: im.duplicates, err: err}
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		im.lines++
-		ent, err := parseImportLine(line, im.limits)
-		if err != nil {
-			// Pass 1 accepted every line and pass 2 reads only bytes
-			// that match it (chunkVerifier), so this is a defect, not a
-			// changed file. Everything before the failing line is
-			// imported, nothing from it on.
-			if ferr := im.flush(); ferr != nil {
-				return ferr
-			}
-			return &importError{line: lineNo, imported: im.imported, duplicates: im.duplicates, err: err}
-		}
-		im.entries = append(im.entries, ent)
-		im.lineNos = append(im.lineNos, lineNo)
-		im.bytes += int64(len(ent.Key) + len(ent.Value) + len(ent.IdempotencyKey) + engine.RecordOverhead)
-		// Lines are held until their batch is appended: a byte bound as
-		// well as --batch keeps that memory small whatever the values.
-		if len(im.entries) >= im.batch || im.bytes >= importBatchBytes {
-			if err := im.flush(); err != nil {
-				return err
-			}
-			im.prog.update("import: %d of %s, %s imported", im.lines, plural(im.total, "line"), plural(im.imported, "record"))
-		}
-		if err := im.e.ctx.Err(); err != nil {
-			return &importError{imported: im.imported, duplicates: im.duplicates, err: err}
-		}
-	}
-	return im.flush()
-}
-
-// readLine returns the next line without its newline; io.EOF at the end.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := r.ReadSlice('\n')
-		if len(line)+len(chunk) > maxLine {
-			// Skip the rest of the line so the error names the right one.
-			for err == bufio.ErrBufferFull {
-				_, err = r.ReadSlice('\n')
-			}
-			return nil, errs.New(errs.CodeInvalidInput, "line is longer than %d bytes", maxLine)
-		}
-		line = append(line, chunk...)
-		switch {
-		case err == bufio.ErrBufferFull:
-			continue
-		case err == io.EOF:
-			if len(line) == 0 {
-				return nil, io.EOF
-			}
-			return line, nil
-		case err != nil:
-			if errs.CodeOf(err) != "" {
-				return nil, err // the reader's own finding, such as a changed file
-			}
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read import input")
-		}
-		return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'}), nil
-	}
-}
-
-// flush appends the pending entries. AppendBatch is atomic, so when it fails
-// nothing was appended: the failing entry is then found by bisection, every
-// entry before it committed, and the error names its line.
-func (im *importer) flush() error {
-	if len(im.entries) == 0 {
-		return nil
-	}
-	if err := im.e.ctx.Err(); err != nil {
-		// Interrupted: no append starts after the context ended.
-		return &importError{imported: im.imported, duplicates: im.duplicates, err: err}
-	}
-	entries, lineNos := im.entries, im.lineNos
-	im.entries, im.lineNos, im.bytes = im.entries[:0], im.lineNos[:0], 0
-	n, err := im.appendPrefix(entries)
-	if err != nil {
-		line := lineNos[n]
-		if !bisectable(err) {
-			line = 0 // the failure is not about one line
-		}
-		return &importError{line: line, imported: im.imported, duplicates: im.duplicates, err: err}
-	}
-	return nil
-}
-
-// appendPrefix appends entries, or if that fails the longest prefix that
-// succeeds; it returns how many were appended and the error of the next.
-func (im *importer) appendPrefix(entries []engine.Entry) (int, error) {
-	rs, err := im.db.AppendBatch(im.e.ctx, entries, im.opts...)
-	if err == nil {
-		for _, r := range rs {
-			if r.Duplicate {
-				im.duplicates++
-			} else {
-				im.imported++
-			}
-		}
-		return len(entries), nil
-	}
-	if len(entries) == 1 || !bisectable(err) {
-		return 0, err
-	}
-	half := len(entries) / 2
-	n, err := im.appendPrefix(entries[:half])
-	if err != nil {
-		return n, err
-	}
-	m, err := im.appendPrefix(entries[half:])
-	return half + m, err
-}
-
-// bisectable reports whether a failed batch failed because of one of its
-// entries (a refusal that a smaller batch would not repeat), rather than
-// because the database or the process cannot write at all.
-func bisectable(err error) bool {
-	switch c := engine.CodeOf(err); {
-	case c == errs.CodeConflict, c == errs.CodeInvalidInput, c == errs.CodeDependencyMissing:
-		return true
-	case c.IsIntegrity(): // a damaged, read-only anchor
-		return true
-	}
-	return false
 }

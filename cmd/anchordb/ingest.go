@@ -7,6 +7,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
@@ -69,27 +70,14 @@ where status is "new", "extended" or "up_to_date"; without --json one line an an
 			bar := e.newProgress()
 			opts := engine.IngestOptions{Anchors: anchors}
 			if bar.on {
-				opts.Progress = func(done, total uint64) { bar.update("ingest: %d/%s", done, plural(total, "record")) }
+				opts.Progress = func(done, total uint64) { bar.Update("ingest: %d/%s", done, humanize.Plural(total, "record")) }
 			}
 			rep, err := db.Ingest(e.ctx, from, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return &ingestError{appended: rep.Appended, err: err}
 			}
-			if rep.Anchors == nil {
-				rep.Anchors = []engine.IngestedAnchor{}
-			}
-			if e.g.json {
-				e.out.json(rep)
-				return nil
-			}
-			if !e.g.quiet {
-				for _, a := range rep.Anchors {
-					e.out.linef("%-10s %s: had %d, arrived %d, appended %d, head %s", a.Status, display([]byte(a.Anchor)),
-						a.Had, a.Arrived, a.Appended, a.Head)
-				}
-			}
-			e.out.linef("ingested %s on %s from %s", plural(rep.Appended, "record"), plural(len(rep.Anchors), "anchor"), rep.From)
+			e.print.Ingest(rep)
 			return nil
 		}
 	},
@@ -115,7 +103,7 @@ type ingestError struct {
 }
 
 func (e *ingestError) Error() string {
-	return fmt.Sprintf("%s (before it: %s appended)", messageOf(e.err), plural(int(e.appended), "record"))
+	return fmt.Sprintf("%s (before it: %s appended)", messageOf(e.err), humanize.Plural(int(e.appended), "record"))
 }
 
 func (e *ingestError) Unwrap() error { return e.err }

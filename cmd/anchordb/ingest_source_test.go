@@ -13,9 +13,9 @@ import (
 
 // TestIngestSegmentNotARegularFile: a source whose segment file is a FIFO,
 // a device, a directory or a dangling link is malformed input (INPUT_001), refused before
-// anything is opened. Until stop 21's review the open of a FIFO blocked with
-// no context (SIGINT caught, both databases locked: the ingest hung), and a
-// directory was an I/O failure of the system (IO_001).
+// anything is opened. Opening a FIFO would block with no context (SIGINT
+// caught, both databases locked: the ingest hangs), and a directory is not
+// an I/O failure of the system (IO_001).
 func TestIngestSegmentNotARegularFile(t *testing.T) {
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "src")
@@ -72,7 +72,7 @@ func TestIngestSegmentNotARegularFile(t *testing.T) {
 				}()
 				dst := filepath.Join(t.TempDir(), "dst")
 				r := runWithin(t, 20*time.Second, "--dir", dst, "--json", "ingest", "--from", src)
-				wantCode(t, r, 2)
+				wantExit(t, r, 2)
 				errObj(t, r, "INPUT_001")
 			})
 		}
@@ -124,7 +124,7 @@ func TestIngestForeignFilesInSource(t *testing.T) {
 				args = append(args, "--anchor", c.anchor)
 			}
 			r := runCLI(t, args...)
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			errObj(t, r, "INPUT_001")
 		})
 	}

@@ -11,8 +11,8 @@ import (
 )
 
 // TestIngestErrorSaysWhatWasAppended: an ingest that stops keeps what it
-// joined, and its error says how much, as an import's does (stop 18's
-// review: the CLI dropped the engine's report).
+// joined, and its error says how much, as an import's does (the CLI keeps
+// the engine's report rather than dropping it).
 func TestIngestErrorSaysWhatWasAppended(t *testing.T) {
 	err := fmt.Errorf("ingest anchor %q: %w", "m4", context.Canceled)
 	b, jerr := json.Marshal(errorJSON(&ingestError{appended: 7, err: err}))
@@ -34,7 +34,7 @@ func TestIngestFromANonDatabaseCreatesNothing(t *testing.T) {
 	tmp := t.TempDir()
 	dst := filepath.Join(tmp, "dst")
 	r := runCLI(t, "--dir", dst, "--json", "ingest", "--from", tmp)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	if _, err := os.Stat(dst); !os.IsNotExist(err) {
 		t.Fatalf("the refused ingest created %s (%v)", dst, err)
@@ -45,8 +45,8 @@ func TestIngestFromANonDatabaseCreatesNothing(t *testing.T) {
 // not exist yet, refused before it joins anything (an --anchor the source
 // lacks, a source another process holds, a damaged source), exits with its
 // code and leaves no database behind — not even the directory, nor the
-// parents it would have created. Until stop 21's review the refused ingest
-// left an empty database (DBID, LOCK, index, journal) at --dir.
+// parents it would have created: no empty database (DBID, LOCK, index,
+// journal) is left at --dir.
 func TestFailedIngestIntoNewDirLeavesNothing(t *testing.T) {
 	tmp := t.TempDir()
 	src := filepath.Join(tmp, "src")
@@ -81,7 +81,7 @@ func TestFailedIngestIntoNewDirLeavesNothing(t *testing.T) {
 			parent := filepath.Join(t.TempDir(), "new")
 			dst := filepath.Join(parent, "dst")
 			r := runCLI(t, append([]string{"--dir", dst, "--json", "ingest"}, c.args...)...)
-			wantCode(t, r, c.exit)
+			wantExit(t, r, c.exit)
 			errObj(t, r, c.code)
 			if _, err := os.Stat(parent); !os.IsNotExist(err) {
 				ents, _ := os.ReadDir(dst)
@@ -96,7 +96,7 @@ func TestFailedIngestIntoNewDirLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, "--dir", dst, "--json", "ingest", "--from", src, "--anchor", "nope")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "STATE_003")
 	if ents, err := os.ReadDir(dst); err != nil || len(ents) != 0 {
 		t.Fatalf("the refused ingest left files in the empty --dir: %v %v", ents, err)
@@ -105,11 +105,38 @@ func TestFailedIngestIntoNewDirLeavesNothing(t *testing.T) {
 	// An existing database is never removed, though nothing was joined.
 	mustRun(t, "--dir", dst, "put", "z", "k", "v")
 	r = runCLI(t, "--dir", dst, "--json", "ingest", "--from", src, "--anchor", "nope")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	mustRun(t, "--dir", dst, "get", "k")
 
 	// A successful ingest into a new directory keeps what it joined.
 	dst = filepath.Join(tmp, "fresh")
 	mustRun(t, "--dir", dst, "ingest", "--from", src)
 	mustRun(t, "--dir", dst, "log", "b")
+}
+
+// TestIngestForkThenRepeat: the CLI's ingest end to end — a fork is
+// STATE_002, exit 1, with both heads and nothing joined; a clean ingest
+// joins, and an anchor named twice is joined once.
+func TestIngestForkThenRepeat(t *testing.T) {
+	tmp := t.TempDir()
+	a, b := filepath.Join(tmp, "a"), filepath.Join(tmp, "b")
+	mustRun(t, "--dir", a, "put", "x", "k", "from-a")
+	mustRun(t, "--dir", a, "put", "y", "k", "from-a")
+	mustRun(t, "--dir", b, "put", "x", "k", "from-b")
+	r := runCLI(t, "--dir", b, "--json", "ingest", "--from", a)
+	wantExit(t, r, 1)
+	e := errObj(t, r, "STATE_002")
+	ours, _ := e["ours"].(map[string]any)
+	theirs, _ := e["theirs"].(map[string]any)
+	if ours == nil || theirs == nil || ours["hash"] == theirs["hash"] {
+		t.Fatalf("fork without both heads: %v", r)
+	}
+	r = runCLI(t, "--dir", b, "--json", "log", "y")
+	if r.code != 1 || !strings.Contains(r.stdout, "STATE_003") {
+		t.Fatalf("a refused ingest joined anchor y (its log should be STATE_003, an unknown anchor): %v", r)
+	}
+	r = mustRun(t, "--dir", b, "--json", "ingest", "--from", a, "--anchor", "y", "--anchor", "y")
+	if m := obj(t, r.stdout); m["appended"] == nil || m["appended"].(interface{ String() string }).String() != "1" {
+		t.Fatalf("ingest of y named twice: %v", r)
+	}
 }

@@ -54,24 +54,10 @@ With --json prints {"name","verifier_key","key_file","pub_file"}.`,
 			if err := writeKeyFile(pubFile, vkey, 0o644, force); err != nil {
 				return err
 			}
-			if e.g.json {
-				e.out.json(keygenJSON{Name: name, VerifierKey: vkey, KeyFile: keyFile, PubFile: pubFile})
-				return nil
-			}
-			e.out.linef("%s", vkey)
-			if !e.g.quiet {
-				fmt.Fprintf(e.stderr, "wrote %s (secret, mode 0600) and %s\n", keyFile, pubFile)
-			}
+			e.print.Keygen(keyPair{name: name, verifierKey: vkey, keyFile: keyFile, pubFile: pubFile})
 			return nil
 		}
 	},
-}
-
-type keygenJSON struct {
-	Name        string `json:"name"`
-	VerifierKey string `json:"verifier_key"`
-	KeyFile     string `json:"key_file"`
-	PubFile     string `json:"pub_file"`
 }
 
 // checkKeyPrefix refuses an --out that names a directory: the key files

@@ -1,9 +1,12 @@
-// Command anchordb is the command line of the anchordb engine (SPEC §10).
+// Command anchordb is the command line of the anchordb engine (CONTRACT §10).
 //
 // It is thin: it parses flags, calls the engine and prints. Every command is
 // one entry of the commands table below — its name, arguments, summary and a
 // setup function that registers its flags and returns the function that runs
-// it — so adding a command is a new file and one line in the table.
+// it — so adding a command is a new file and one line in the table. A command
+// hands what it found to e.print, the printer of the output mode --json chose
+// (printer.go): printer_text.go prints for a person, printer_json.go the
+// JSON shapes; no command asks which mode it runs in.
 //
 // Global flags (--dir, --json, --quiet, --no-progress) are accepted before or
 // after the command: each command's pflag FlagSet registers them too and
@@ -30,15 +33,17 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
 
-// Exit statuses (SPEC §10).
+// Exit statuses (CONTRACT §10).
 const (
 	exitOK      = 0
 	exitFinding = 1 // an integrity or conflict finding
@@ -104,6 +109,7 @@ type globals struct {
 	json       bool
 	quiet      bool
 	noProgress bool
+	readOnly   bool
 }
 
 func defaultDir() string {
@@ -118,6 +124,7 @@ func (g *globals) register(fs *pflag.FlagSet) {
 	fs.BoolVar(&g.json, "json", false, "machine-readable JSON output on stdout")
 	fs.BoolVar(&g.quiet, "quiet", false, "suppress non-essential output (JSON output is always printed)")
 	fs.BoolVar(&g.noProgress, "no-progress", false, "never draw progress on stderr (it is drawn only on a terminal)")
+	fs.BoolVar(&g.readOnly, "read-only", false, "open without the write lock and write nothing (reads choose it when the directory is not writable or another process holds the database)")
 }
 
 func newFlagSet(name string) *pflag.FlagSet {
@@ -150,7 +157,7 @@ type exitStatus int
 
 func (s exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
 
-// exitCode maps an error to the exit status of SPEC §10 through its code.
+// exitCode maps an error to the exit status of CONTRACT §10 through its code.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
@@ -190,7 +197,7 @@ func main() {
 // cancels: the command stops at its next check and closes the database
 // cleanly (an interrupted command exits 2, IO_001 "interrupted"). A second
 // one while the first is being handled ends the process at once, with exit
-// status 2 (SPEC §10 has no other status for it; an interrupt is an I/O
+// status 2 (CONTRACT §10 has no other status for it; an interrupt is an I/O
 // failure to the caller either way) and a line on stderr: for a process the
 // first could not stop, such as one blocked in a system call that no
 // context reaches. The database is then not closed; the kernel drops its
@@ -254,7 +261,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return e.finish(usagef("", "%s", flagText(err)))
 	}
 	if *showVersion {
-		printVersion(e)
+		e.print = newPrinter(e)
+		e.print.Version(buildVersion())
 		return e.finish(nil)
 	}
 	rest := pre.Args()
@@ -307,8 +315,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	pos := fs.Args()
 	if len(pos) < cmd.minArgs || (cmd.maxArgs >= 0 && len(pos) > cmd.maxArgs) {
-		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), plural(len(pos), "argument")))
+		return e.finish(usagef(name, "%s takes %s (got %s)", name, argsWanted(cmd), humanize.Plural(len(pos), "argument")))
 	}
+	e.print = newPrinter(e)
 	err = runCmd(e, pos)
 	return e.finish(err)
 }
@@ -361,8 +370,11 @@ func (e *env) finish(err error) int {
 	if err != nil && errors.Is(err, context.Canceled) && e.ctx.Err() != nil {
 		err = errs.Wrap(errs.CodeWriteFailed, err, "interrupted")
 	}
+	if e.print == nil { // the command line did not parse: --json as far as it was read
+		e.print = newPrinter(e)
+	}
 	if err != nil && !e.out.brokenPipe(err) {
-		e.printError(err)
+		e.print.Error(err)
 	}
 	if ferr := e.out.flush(); ferr != nil && err == nil && !e.out.brokenPipe(ferr) {
 		err = errs.Wrap(errs.CodeWriteFailed, ferr, "write output")
@@ -372,7 +384,7 @@ func (e *env) finish(err error) int {
 		if err == nil || exitCode(err) == exitOK {
 			err = cerr
 		}
-		e.printError(cerr)
+		e.print.Error(cerr)
 		_ = e.out.flush()
 	}
 	if err != nil && e.out.brokenPipe(err) {
@@ -381,33 +393,6 @@ func (e *env) finish(err error) int {
 		return exitOK
 	}
 	return exitCode(err)
-}
-
-// printError reports err: the JSON error object on stdout with --json, else
-// one line on stderr (with a hint for usage errors).
-func (e *env) printError(err error) {
-	var s exitStatus
-	if errors.As(err, &s) {
-		return
-	}
-	if e.g.json {
-		e.out.json(errorJSON(err))
-		// NB: stdout may be what failed (a full disk, a stream cut
-		// midway): an error that cannot reach it is said on stderr
-		// rather than lost.
-		if e.out.flush() == nil {
-			return
-		}
-	}
-	fmt.Fprintf(e.stderr, "anchordb: %s\n", errorLine(err))
-	var u *usageError
-	if errors.As(err, &u) {
-		if u.cmd != "" {
-			fmt.Fprintf(e.stderr, "run 'anchordb help %s' for usage\n", u.cmd)
-		} else {
-			fmt.Fprintln(e.stderr, "run 'anchordb help' for usage")
-		}
-	}
 }
 
 func runHelp(e *env, args []string, stdout io.Writer) int {
@@ -495,6 +480,7 @@ type env struct {
 	stdin  io.Reader
 	stderr io.Writer
 	out    *output
+	print  printer // the output mode's (newPrinter), once the flags are parsed
 	db     *engine.DB
 }
 
@@ -529,6 +515,31 @@ func isDatabase(dir string) error {
 	return errs.New(errs.CodeInvalidInput, "no anchordb database at %s", dir)
 }
 
+// openRead opens the existing database in --dir for a command that only
+// reads (get, history, scan, log, merge, prove, verify, stats, snapshot list
+// and verify, a compaction's plan). It opens read-only (engine
+// Options.ReadOnly: no lock taken, nothing written) with --read-only, when
+// this user cannot write the directory, and when another process holds the
+// write lock: then verify, log and prove read the files, and the reads that
+// need the index say which process holds it (STATE_001). Otherwise it opens
+// as a writer does, so a database a crash left is recovered first.
+func (e *env) openRead() (*engine.DB, error) {
+	if e.db != nil {
+		return e.db, nil
+	}
+	if err := isDatabase(e.g.dir); err != nil {
+		return nil, err
+	}
+	if e.g.readOnly || !writableDir(e.g.dir) {
+		return e.openWith(engine.Options{ReadOnly: true})
+	}
+	db, err := e.openWith(engine.Options{})
+	if err != nil && (engine.CodeOf(err) == errs.CodeScopeLocked || isPermission(err)) {
+		return e.openWith(engine.Options{ReadOnly: true})
+	}
+	return db, err
+}
+
 // openOrCreate opens the database in --dir, creating a fresh one if there is
 // none: for the commands that write (put, del, append, import, ingest).
 // segmentSize (0: the engine's default) is what their --segment-size says.
@@ -541,6 +552,8 @@ func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
 		return e.db, nil
 	}
 	opts.Logger = stderrLogger{w: e.stderr, quiet: e.g.quiet}
+	opts.Clock = engineClock
+	opts.ReadOnly = opts.ReadOnly || e.g.readOnly
 	db, err := engine.Open(e.g.dir, opts)
 	if err != nil {
 		return nil, err
@@ -548,6 +561,12 @@ func (e *env) openWith(opts engine.Options) (*engine.DB, error) {
 	e.db = db
 	return db, nil
 }
+
+// engineClock is the clock the commands open a database and an outbox
+// with (record times, checkpoint and snapshot times, an outbox's
+// schedule); nil is their default, time.Now. The golden-output tests fix it, so that the records they write,
+// and so their hashes, are the same on every run.
+var engineClock func() time.Time
 
 // closeDB closes the database. After a failed command it discards one the
 // command created and wrote nothing to (engine.DB.Discard): bad input leaves
@@ -595,7 +614,8 @@ func (e *env) progressOK() bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// progress draws one status line on stderr when progressOK; done clears it.
+// progress draws one status line on stderr when progressOK; Done clears
+// it. It is the demo's demo.Progress too.
 type progress struct {
 	w  io.Writer
 	on bool
@@ -603,13 +623,15 @@ type progress struct {
 
 func (e *env) newProgress() *progress { return &progress{w: e.stderr, on: e.progressOK()} }
 
-func (p *progress) update(format string, args ...any) {
+// Update replaces the line with a new one.
+func (p *progress) Update(format string, args ...any) {
 	if p.on {
 		fmt.Fprintf(p.w, "\r\x1b[K"+format, args...)
 	}
 }
 
-func (p *progress) done() {
+// Done clears the line.
+func (p *progress) Done() {
 	if p.on {
 		fmt.Fprint(p.w, "\r\x1b[K")
 	}

@@ -16,14 +16,14 @@ import (
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}, {"--dir", "x", "--help"}, {"help", "help"}} {
 		r := runCLI(t, args...)
-		wantCode(t, r, 0)
+		wantExit(t, r, 0)
 		if !strings.Contains(r.stdout, "usage: anchordb") || !strings.Contains(r.stdout, "put ANCHOR KEY VALUE") {
 			t.Fatalf("%v: %v", args, r)
 		}
 	}
 	for _, args := range [][]string{{"help", "put"}, {"put", "--help"}, {"put", "-h"}, {"import", "--help", "--json"}} {
 		r := runCLI(t, args...)
-		wantCode(t, r, 0)
+		wantExit(t, r, 0)
 		if !strings.Contains(r.stdout, "usage: anchordb "+args[len(args)-1]) && !strings.Contains(r.stdout, "usage: anchordb") {
 			t.Fatalf("%v: %v", args, r)
 		}
@@ -38,7 +38,7 @@ func TestHelp(t *testing.T) {
 	// Every command has help that names it.
 	for _, c := range commands {
 		r := runCLI(t, "help", c.name)
-		wantCode(t, r, 0)
+		wantExit(t, r, 0)
 		if !strings.HasPrefix(r.stdout, "usage: anchordb "+c.name) {
 			t.Fatalf("help %s: %v", c.name, r)
 		}
@@ -48,24 +48,24 @@ func TestHelp(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
 	r := runCLI(t, "frobnicate")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	if !strings.Contains(r.stderr, "usage: anchordb") || r.stdout != "" {
 		t.Fatalf("unknown command: %v", r)
 	}
 	r = runCLI(t, "--dir", dir, "--json", "frobnicate")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	r = runCLI(t, "frobnicate", "--json")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 
 	r = runCLI(t)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	if !strings.Contains(r.stderr, "usage: anchordb") {
 		t.Fatalf("no command: %v", r)
 	}
 	r = runCLI(t, "help", "frobnicate")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 
 	cases := [][]string{
 		{"put", "a", "k"},                          // too few arguments
@@ -126,7 +126,7 @@ func TestCoreFlow(t *testing.T) {
 	}
 	// Flags mixed among the arguments, and the directory from the environment.
 	r3 := cli(t, nil, []string{"put", "--json", "dev-2", "--no-sync", "size", "xl"}, "ANCHORDB_DIR="+dir)
-	wantCode(t, r3, 0)
+	wantExit(t, r3, 0)
 	checkReceipt(t, r3.stdout, "dev-2", 1)
 
 	g := mustRun(t, "--dir", dir, "--json", "get", "color")
@@ -144,12 +144,12 @@ func TestCoreFlow(t *testing.T) {
 	}
 
 	miss := runCLI(t, "--dir", dir, "--json", "get", "nothing-here")
-	wantCode(t, miss, 1)
+	wantExit(t, miss, 1)
 	if m := obj(t, miss.stdout); m["found"] != false || m["key"] != "nothing-here" || len(m) != 2 {
 		t.Fatalf("missing key: %v", miss)
 	}
 	miss = runCLI(t, "--dir", dir, "get", "nothing-here")
-	wantCode(t, miss, 1)
+	wantExit(t, miss, 1)
 	if miss.stdout != "" || !strings.Contains(miss.stderr, "not found") {
 		t.Fatalf("missing key, human: %v", miss)
 	}
@@ -175,7 +175,7 @@ func TestCoreFlow(t *testing.T) {
 	d := mustRun(t, "--dir", dir, "--json", "del", "dev-1", "color")
 	checkReceipt(t, d.stdout, "dev-1", 3)
 	miss = runCLI(t, "--dir", dir, "--json", "get", "color")
-	wantCode(t, miss, 1)
+	wantExit(t, miss, 1)
 	if obj(t, miss.stdout)["found"] != false {
 		t.Fatalf("deleted key: %v", miss)
 	}
@@ -206,7 +206,7 @@ func TestCoreFlow(t *testing.T) {
 		t.Fatalf("log --from 2: %v", l)
 	}
 	l = runCLI(t, "--dir", dir, "--json", "log", "nobody")
-	wantCode(t, l, 1)
+	wantExit(t, l, 1)
 	errObj(t, l, "STATE_003") // an unknown anchor: never an empty log
 }
 
@@ -235,7 +235,7 @@ func TestHumanOutput(t *testing.T) {
 		t.Fatalf("human stats: %q", r.stdout)
 	}
 	r = runCLI(t, "--dir", dir, "put", "--counter", "1", "dev-1", "k", "v")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if r.stdout != "" || !strings.HasPrefix(r.stderr, "anchordb: STATE_002 conflict_detected: ") || strings.Count(r.stderr, "\n") != 1 {
 		t.Fatalf("human error: %v", r)
 	}
@@ -245,13 +245,13 @@ func TestAppendBinaryAndEvents(t *testing.T) {
 	dir := t.TempDir()
 	payload := []byte("ev\xffbin\x00")
 	r := cli(t, payload, []string{"--dir", dir, "--json", "append", "dev-2", "--type", "reading"})
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 	checkReceipt(t, r.stdout, "dev-2", 1)
 	r = cli(t, []byte(`{"cpu":1}`), []string{"append", "dev-2", "--type", "TELEMETRY_UPDATE", "--key", "k1", "--dir", dir, "--json", "--idempotency-key", "op-7"})
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 	// A binary put through append, with a key that is not UTF-8.
 	r = cli(t, []byte{0, 1, 2, 0xfe}, []string{"--dir", dir, "--json", "append", "dev-2", "--type", "put", "--key", "bin\xffkey"})
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 
 	l := mustRun(t, "--dir", dir, "--json", "log", "dev-2")
 	recs := lines(t, l.stdout)
@@ -287,7 +287,7 @@ func TestAppendBinaryAndEvents(t *testing.T) {
 	// A payload over the value limit is refused before anything is written.
 	big := make([]byte, 16<<20+1)
 	r = cli(t, big, []string{"--dir", dir, "--json", "append", "dev-3", "--type", "BIG"})
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 }
 
@@ -318,7 +318,7 @@ func TestBadAnchorIDs(t *testing.T) {
 	// The limits are inclusive: 255 bytes and odd but legal ids are fine.
 	for _, id := range []string{strings.Repeat("é", 127) + "a", "../x", "a/b", "user@host", "Ünïcode"} {
 		r := runCLI(t, "--dir", dir, "--json", "put", id, "k", "v")
-		wantCode(t, r, 0)
+		wantExit(t, r, 0)
 		checkReceipt(t, r.stdout, id, 1)
 		l := mustRun(t, "--dir", dir, "--json", "log", id)
 		if m := obj(t, l.stdout); m["anchor"] != id {
@@ -336,7 +336,7 @@ func TestIdempotencyAndCounters(t *testing.T) {
 		t.Fatalf("retry: %v then %v", m1, m2)
 	}
 	r3 := runCLI(t, "--dir", dir, "--json", "put", "--idempotency-key", "op-1", "q", "k", "other")
-	wantCode(t, r3, 1)
+	wantExit(t, r3, 1)
 	e := errObj(t, r3, "STATE_002")
 	if e["reason"] != "conflict_detected" {
 		t.Fatalf("reason %v", e)
@@ -351,7 +351,7 @@ func TestIdempotencyAndCounters(t *testing.T) {
 		t.Fatalf("fingerprints %q %q", ex, rq)
 	}
 	// A delete with the same key is another request, too.
-	wantCode(t, runCLI(t, "--dir", dir, "del", "--idempotency-key", "op-1", "q", "k"), 1)
+	wantExit(t, runCLI(t, "--dir", dir, "del", "--idempotency-key", "op-1", "q", "k"), 1)
 	// The same idempotency key on another anchor is another scope.
 	checkReceipt(t, mustRun(t, "--dir", dir, "--json", "put", "--idempotency-key", "op-1", "q2", "k", "other").stdout, "q2", 1)
 
@@ -362,7 +362,7 @@ func TestIdempotencyAndCounters(t *testing.T) {
 	}
 	for _, counter := range []string{"100", "50"} {
 		r := runCLI(t, "--dir", dir, "--json", "put", "--counter", counter, "c", "k", "v")
-		wantCode(t, r, 1)
+		wantExit(t, r, 1)
 		errObj(t, r, "STATE_002")
 	}
 	c = mustRun(t, "--dir", dir, "--json", "put", "c", "k", "v2")
@@ -370,18 +370,18 @@ func TestIdempotencyAndCounters(t *testing.T) {
 		t.Fatalf("the clock after counter 100: %v", c)
 	}
 	r := runCLI(t, "--dir", dir, "--json", "put", "--counter", "9223372036854775808", "c", "k", "v")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	// The caller limit leaves the clock room (engine.MaxCallerCounter).
 	r = runCLI(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387904", "c", "k", "v")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	if e := errObj(t, r, "INPUT_001"); !strings.Contains(str(t, e, "message"), "4611686018427387903") {
 		t.Errorf("the refusal does not name the limit: %v", e)
 	}
 	// With an idempotency key it could be a retry of an older append; as a
 	// new one it is refused all the same.
 	r = runCLI(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387904", "--idempotency-key", "op-big", "c", "k", "v")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	mustRun(t, "--dir", dir, "--json", "put", "--counter", "4611686018427387903", "c", "k", "v")
 	c = mustRun(t, "--dir", dir, "--json", "put", "d", "k", "v")
@@ -454,7 +454,7 @@ func TestFlagsAnywhere(t *testing.T) {
 		{"--dir", dir, "--", "put", "a", "k", "v", "--json"},
 	} {
 		r := runCLI(t, args...)
-		wantCode(t, r, 0)
+		wantExit(t, r, 0)
 		checkReceipt(t, r.stdout, "a", int64(i+1))
 	}
 	// "--" lets a key start with a dash.
@@ -469,8 +469,8 @@ func TestFlagsAnywhere(t *testing.T) {
 }
 
 // TestDirValueDashDash: "--" given as the value of --dir is the directory,
-// not the end of the global flags; `--dir -- put x a k` wrote anchor "a"
-// into ./x (stop 18's review).
+// not the end of the global flags; read the other way, `--dir -- put x a k`
+// would write anchor "a" into ./x.
 func TestDirValueDashDash(t *testing.T) {
 	wd := t.TempDir()
 	cmd := exec.Command(binary, "--json", "--dir", "--", "put", "x", "a", "k")
@@ -507,12 +507,12 @@ func TestErrorMessageHasNoCode(t *testing.T) {
 	codeRE := regexp.MustCompile(`[A-Z]+_[0-9]{3} [a-z_]+`)
 	for _, args := range [][]string{{"verify-proof", proofFile}, {"--dir", db, "merge", "--frontier", frontierFile}} {
 		r := runCLI(t, append([]string{"--json"}, args...)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		if msg := str(t, errObj(t, r, "INPUT_001"), "message"); codeRE.MatchString(msg) {
 			t.Errorf("%v: the message repeats a code: %q", args, msg)
 		}
 		r = runCLI(t, args...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		if n := len(codeRE.FindAllString(r.stderr, -1)); n != 1 {
 			t.Errorf("%v: %d codes in the human line: %q", args, n, r.stderr)
 		}
@@ -527,13 +527,13 @@ func TestJSONRequestedSpellings(t *testing.T) {
 	for _, v := range []string{"t", "T", "TRUE", "True", "true", "1"} {
 		for _, args := range [][]string{{"get", "k", "--json=" + v, "--bogus"}, {"--json=" + v, "--bogus", "get", "k"}} {
 			r := runCLI(t, append([]string{"--dir", dir}, args...)...)
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			errObj(t, r, "INPUT_001")
 		}
 	}
 	for _, v := range []string{"f", "F", "FALSE", "0", "false"} {
 		r := runCLI(t, "--dir", dir, "get", "k", "--json", "--json="+v, "--bogus")
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		if r.stdout != "" || !strings.Contains(r.stderr, "INPUT_001") {
 			t.Fatalf("--json=%s: %v", v, r)
 		}
@@ -541,8 +541,8 @@ func TestJSONRequestedSpellings(t *testing.T) {
 }
 
 // TestAppendRefusesBeforeReadingStdin: a put without --key is refused at
-// once, not after stdin ends (stop 18's review: it read a slow pipe to its
-// end first). The pipe here never ends; the refusal must come anyway.
+// once, not after stdin ends (reading a slow pipe to its end first). The
+// pipe here never ends; the refusal must come anyway.
 func TestAppendRefusesBeforeReadingStdin(t *testing.T) {
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -5,8 +5,8 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
 
@@ -62,7 +62,7 @@ one anchor it is that anchor's tree root.`,
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -80,11 +80,7 @@ one anchor it is that anchor's tree root.`,
 					break
 				}
 				n++
-				if e.g.json {
-					e.out.json(mergedJSON{recordJSON: newRecordJSON(&p.Record), Pos: p.Pos})
-				} else {
-					e.out.linef("pos=%d %s", p.Pos, recordLine(&p.Record))
-				}
+				e.print.Merged(p)
 				if e.out.err != nil {
 					return e.out.err
 				}
@@ -92,18 +88,6 @@ one anchor it is that anchor's tree root.`,
 			return gone.err()
 		}
 	},
-}
-
-// mergedJSON is the record shape of SPEC §10 plus the global position.
-type mergedJSON struct {
-	recordJSON
-	Pos uint64 `json:"pos"`
-}
-
-type mergedRootJSON struct {
-	Root     segment.Hash   `json:"root"`
-	Records  uint64         `json:"records"`
-	Frontier merge.Frontier `json:"frontier"`
 }
 
 func mergedRoot(e *env, db *engine.DB, f merge.Frontier) error {
@@ -119,11 +103,7 @@ func mergedRoot(e *env, db *engine.DB, f merge.Frontier) error {
 	if err != nil {
 		return err
 	}
-	if e.g.json {
-		e.out.json(mergedRootJSON{Root: root, Records: n, Frontier: f.Clone()})
-		return nil
-	}
-	e.out.linef("merged root %s over %s of %s", root, plural(n, "record"), plural(len(f.Anchors()), "anchor"))
+	e.print.MergedRoot(root, n, f)
 	return nil
 }
 
@@ -153,7 +133,7 @@ func checkFrontierKnown(ctx context.Context, db *engine.DB, f merge.Frontier) er
 			return err
 		}
 		if !ok || info.Records < f[id] {
-			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, plural(info.Records, "record"))
+			e := errs.New(errs.CodeDependencyMissing, "frontier names seq %d of anchor %q, which has %s", f[id], id, humanize.Plural(info.Records, "record"))
 			e.Anchor, e.Seq = id, f[id]
 			return e
 		}

@@ -97,12 +97,12 @@ func TestMergeCommand(t *testing.T) {
 		t.Fatalf("get x --at: %v", m)
 	}
 	miss := runCLI(t, "--dir", dir, "--json", "get", "y", "--at", f1) // y came later
-	wantCode(t, miss, 1)
+	wantExit(t, miss, 1)
 	if m := obj(t, miss.stdout); m["found"] != false {
 		t.Fatalf("get y --at: %v", miss)
 	}
 	g = cli(t, []byte(`{"c":2}`), []string{"--dir", dir, "--json", "get", "y", "--at", "-"})
-	wantCode(t, g, 0)
+	wantExit(t, g, 0)
 	if m := obj(t, g.stdout); m["value"] != "4" {
 		t.Fatalf("get --at - : %v", g)
 	}
@@ -113,14 +113,14 @@ func TestMergeCommand(t *testing.T) {
 		p := writeFile(t, "bad.json", fr)
 		for _, args := range [][]string{{"merge", "--frontier", p}, {"merge", "--root", "--frontier", p}, {"get", "x", "--at", p}} {
 			r := runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
-			wantCode(t, r, 1)
+			wantExit(t, r, 1)
 			errObj(t, r, "STATE_003")
 		}
 	}
 	for _, fr := range []string{`{"a":`, `[1]`, `{"a":-1}`, `{"a":1.5}`, `{"a":1,"a":2}`, `{"":1}`} {
 		p := writeFile(t, "bad.json", fr)
 		r := runCLI(t, "--dir", dir, "--json", "merge", "--frontier", p)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 	for _, args := range [][]string{
@@ -131,7 +131,7 @@ func TestMergeCommand(t *testing.T) {
 		{"merge", "--frontier", filepath.Join(dir, "missing.json")},
 	} {
 		r := runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 	// An empty database merges to nothing, with the empty root. (An empty
@@ -185,13 +185,13 @@ func TestBenchCommand(t *testing.T) {
 		}
 	}
 	bad := runCLI(t, "bench", "--systems", "nosuch")
-	wantCode(t, bad, 2)
+	wantExit(t, bad, 2)
 	// Sizes beyond the harness's limits are refused up front, naming the
 	// limit (a huge --value-size used to die of "out of memory").
 	for _, args := range [][]string{{"--value-size", "99999999999", "--count", "1"}, {"--count", "100000000000"},
 		{"--writers", "1000000"}, {"--batch", "0"}, {"--read-passes", "1000000"}} {
 		bad = runCLI(t, append([]string{"--json", "bench", "--tmp", t.TempDir()}, args...)...)
-		wantCode(t, bad, 2)
+		wantExit(t, bad, 2)
 		if e := errObj(t, bad, "INPUT_001"); !strings.Contains(str(t, e, "message"), "limit") || strings.Contains(str(t, e, "message"), "INPUT_001") {
 			t.Fatalf("%v: %v", args, bad)
 		}

@@ -24,7 +24,7 @@ func TestDirThatIsAFileIsNotADirectory(t *testing.T) {
 	} {
 		for _, dir := range []string{file, filepath.Join(file, "db")} {
 			r := runCLI(t, append(args, "--json", "--dir", dir)...)
-			wantCode(t, r, 2)
+			wantExit(t, r, 2)
 			if e := errObj(t, r, "INPUT_001"); !strings.Contains(str(t, e, "message"), "not a directory") {
 				t.Errorf("%v --dir %s: %v", args, dir, r)
 			}
@@ -51,7 +51,7 @@ func TestEngineLogLinesHaveOnePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, "log", "a", "--dir", dir)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if !strings.Contains(r.stderr, "read-only") {
 		t.Fatalf("no line says the anchor became read-only: %v", r)
 	}
@@ -81,7 +81,7 @@ func TestNoRawParserTexts(t *testing.T) {
 		{"import", bad},
 	} {
 		r := runCLI(t, append(args, "--dir", dir)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		if raw.MatchString(r.stderr) || !strings.Contains(r.stderr, "INPUT_001") {
 			t.Errorf("%v: %s", args, r.stderr)
 		}

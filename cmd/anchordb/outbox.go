@@ -1,19 +1,16 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/outbox"
-	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
 )
 
@@ -157,7 +154,7 @@ func runOutbox(e *env, f *outboxFlags, args []string) error {
 			return err
 		}
 		for i := range es {
-			e.printEntry(&es[i])
+			e.print.OutboxEntry(&es[i])
 		}
 		return nil
 	case "inspect":
@@ -165,14 +162,14 @@ func runOutbox(e *env, f *outboxFlags, args []string) error {
 		if err != nil {
 			return err
 		}
-		e.printInspection(name, &in)
+		e.print.OutboxInspection(name, &in)
 		return nil
 	default: // stats
 		st, err := ob.Stats(e.ctx)
 		if err != nil {
 			return err
 		}
-		e.printOutboxStats(&st)
+		e.print.OutboxStats(&st)
 		return nil
 	}
 }
@@ -198,7 +195,7 @@ func openOutboxCLI(e *env, name string, write, noSync bool) (*outbox.Outbox, err
 			return nil, errs.New(errs.CodeDependencyMissing, "the database holds no outbox %q", name)
 		}
 	}
-	return outbox.Open(e.ctx, db, name, outbox.Options{ReadOnly: !write, NoSync: noSync})
+	return outbox.Open(e.ctx, db, name, outbox.Options{ReadOnly: !write, NoSync: noSync, Clock: engineClock})
 }
 
 // readPayloadFile reads a payload of at most limit bytes from path, or
@@ -280,7 +277,7 @@ func outboxEnqueue(e *env, f *outboxFlags, name, id string) error {
 	if err != nil {
 		return err
 	}
-	e.printEntry(&en)
+	e.print.OutboxEntry(&en)
 	return nil
 }
 
@@ -331,226 +328,8 @@ func outboxRequeue(e *env, f *outboxFlags, name, id string) error {
 	if err != nil {
 		return err
 	}
-	e.printEntry(&en)
+	e.print.OutboxEntry(&en)
 	return nil
-}
-
-// outboxEntryJSON is an entry as the CLI prints it (SPEC §12).
-type outboxEntryJSON struct {
-	Outbox        string            `json:"outbox"`
-	ID            string            `json:"id"`
-	State         string            `json:"state"`
-	Attempts      int               `json:"attempts"`
-	NextAttemptAt string            `json:"next_attempt_at"`
-	Fingerprint   segment.Hash      `json:"fingerprint"`
-	Lease         *outboxLeaseJSON  `json:"lease"`
-	LastError     *outboxErrJSON    `json:"last_error"`
-	SupersededBy  *string           `json:"superseded_by"`
-	Supersedes    *string           `json:"supersedes"`
-	Duplicate     bool              `json:"duplicate"`
-	EnqueuedAt    string            `json:"enqueued_at"`
-	EnqueueSeq    uint64            `json:"enqueue_seq"`
-	Payload       *byteString       `json:"payload"`
-	PayloadSize   int               `json:"payload_size"`
-	Destination   *string           `json:"destination"`
-	Headers       map[string]string `json:"headers"`
-	Result        *byteString       `json:"result"`
-	DoneAt        *string           `json:"done_at"`
-	DeadAt        *string           `json:"dead_at"`
-	AbortedAt     *string           `json:"aborted_at"`
-	AbortedBy     *string           `json:"aborted_by"`
-	Receipt       outboxReceiptJSON `json:"receipt"`
-}
-
-type outboxLeaseJSON struct {
-	Worker    string `json:"worker"`
-	Token     uint64 `json:"token"`
-	ClaimedAt string `json:"claimed_at"`
-	ExpiresAt string `json:"expires_at"`
-}
-
-type outboxErrJSON struct {
-	Message   string `json:"message"`
-	Permanent bool   `json:"permanent"`
-	At        string `json:"at"`
-	Attempt   int    `json:"attempt"`
-	PolicyRef string `json:"policy_ref"`
-}
-
-type outboxReceiptJSON struct {
-	Anchor  string       `json:"anchor"`
-	Seq     uint64       `json:"seq"`
-	Counter uint64       `json:"counter"`
-	Hash    segment.Hash `json:"hash"`
-}
-
-func optString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-func optTime(t time.Time) *string {
-	if t.IsZero() {
-		return nil
-	}
-	s := formatTime(t)
-	return &s
-}
-
-func newOutboxEntryJSON(en *outbox.Entry) *outboxEntryJSON {
-	j := &outboxEntryJSON{Outbox: en.Outbox, ID: en.ID, State: en.State.String(), Attempts: en.Attempts,
-		NextAttemptAt: formatTime(en.NextAttemptAt), Fingerprint: en.Fingerprint,
-		SupersededBy: optString(en.SupersededBy), Supersedes: optString(en.Supersedes), Duplicate: en.Duplicate,
-		EnqueuedAt: formatTime(en.EnqueuedAt), EnqueueSeq: en.EnqueueSeq, PayloadSize: en.PayloadSize,
-		Destination: optString(en.Destination), Headers: en.Headers, DoneAt: optTime(en.DoneAt),
-		DeadAt: optTime(en.DeadAt), AbortedAt: optTime(en.AbortedAt), AbortedBy: optString(en.AbortedBy),
-		Receipt: outboxReceiptJSON{Anchor: en.Receipt.Anchor, Seq: en.Receipt.Seq, Counter: en.Receipt.Counter, Hash: en.Receipt.Hash}}
-	if en.Payload != nil {
-		p := byteString(en.Payload)
-		j.Payload = &p
-	}
-	if en.Result != nil {
-		r := byteString(en.Result)
-		j.Result = &r
-	}
-	if l := en.Lease; l != nil {
-		j.Lease = &outboxLeaseJSON{Worker: l.Worker, Token: l.Token, ClaimedAt: formatTime(l.ClaimedAt), ExpiresAt: formatTime(l.ExpiresAt)}
-	}
-	if f := en.LastError; f != nil {
-		j.LastError = &outboxErrJSON{Message: f.Message, Permanent: f.Permanent, At: formatTime(f.At), Attempt: f.Attempt, PolicyRef: f.PolicyRef}
-	}
-	return j
-}
-
-// printEntry prints an entry: its JSON shape, or one readable line.
-func (e *env) printEntry(en *outbox.Entry) {
-	if e.g.json {
-		e.out.json(newOutboxEntryJSON(en))
-		return
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s %s attempts=%d", display([]byte(en.Outbox)), display([]byte(en.ID)), en.State, en.Attempts)
-	switch en.State {
-	case outbox.StatePending:
-		fmt.Fprintf(&b, " next=%s", formatTime(en.NextAttemptAt))
-	case outbox.StateInflight:
-		fmt.Fprintf(&b, " worker=%s token=%d expires=%s", display([]byte(en.Lease.Worker)), en.Lease.Token, formatTime(en.Lease.ExpiresAt))
-	case outbox.StateDone:
-		fmt.Fprintf(&b, " done=%s", formatTime(en.DoneAt))
-	case outbox.StateDead:
-		fmt.Fprintf(&b, " dead=%s", formatTime(en.DeadAt))
-	case outbox.StateAborted:
-		fmt.Fprintf(&b, " superseded_by=%s", display([]byte(en.SupersededBy)))
-	}
-	if en.LastError != nil {
-		fmt.Fprintf(&b, " last_error=%q", en.LastError.Message)
-	}
-	if en.Duplicate {
-		b.WriteString(" (duplicate)")
-	}
-	fmt.Fprintf(&b, " #%d", en.Receipt.Seq)
-	e.out.linef("%s", b.String())
-}
-
-type inspectJSON struct {
-	Outbox      string           `json:"outbox"`
-	ID          string           `json:"id"`
-	Entry       *outboxEntryJSON `json:"entry"`
-	Transitions []transitionJSON `json:"transitions"`
-	Chain       []string         `json:"chain"`
-}
-
-type transitionJSON struct {
-	Op    string           `json:"op"`
-	At    string           `json:"at"`
-	By    *string          `json:"by"`
-	Token *uint64          `json:"token"`
-	From  *string          `json:"from"`
-	To    string           `json:"to"`
-	Entry *outboxEntryJSON `json:"entry"`
-}
-
-func (e *env) printInspection(name string, in *outbox.Inspection) {
-	if e.g.json {
-		j := inspectJSON{Outbox: name, ID: in.Entry.ID, Entry: newOutboxEntryJSON(&in.Entry), Chain: in.Chain, Transitions: []transitionJSON{}}
-		for i := range in.Transitions {
-			t := &in.Transitions[i]
-			tj := transitionJSON{Op: t.Op, At: formatTime(t.At), By: optString(t.By), To: t.Entry.State.String(), Entry: newOutboxEntryJSON(&t.Entry)}
-			if t.Token != 0 {
-				tok := t.Token
-				tj.Token = &tok
-			}
-			if t.From != 0 {
-				from := t.From.String()
-				tj.From = &from
-			}
-			j.Transitions = append(j.Transitions, tj)
-		}
-		e.out.json(j)
-		return
-	}
-	e.printEntry(&in.Entry)
-	for _, t := range in.Transitions {
-		from := "-"
-		if t.From != 0 {
-			from = t.From.String()
-		}
-		line := fmt.Sprintf("  #%d %s %s %s -> %s attempts=%d", t.Entry.Receipt.Seq, formatTime(t.At), t.Op, from, t.Entry.State, t.Entry.Attempts)
-		if t.By != "" {
-			line += " by=" + display([]byte(t.By))
-		}
-		if t.Token != 0 {
-			line += fmt.Sprintf(" token=%d", t.Token)
-		}
-		e.out.linef("%s %s", line, t.Entry.Receipt.Hash)
-	}
-	if len(in.Chain) > 1 {
-		e.out.linef("  chain: %s", strings.Join(in.Chain, " -> "))
-	}
-}
-
-type outboxStatsJSON struct {
-	Outbox             string `json:"outbox"`
-	Pending            int64  `json:"pending"`
-	Inflight           int64  `json:"inflight"`
-	Done               int64  `json:"done"`
-	Dead               int64  `json:"dead"`
-	Aborted            int64  `json:"aborted"`
-	OldestPendingAgeMS int64  `json:"oldest_pending_age_ms"`
-	OldestDeadAgeMS    int64  `json:"oldest_dead_age_ms"`
-	InflightLeases     int64  `json:"inflight_leases"`
-	ExpiredLeases      int64  `json:"expired_leases"`
-	Durable            bool   `json:"durable"`
-	Watermark          uint64 `json:"watermark"`
-	Unflushed          int    `json:"unflushed"`
-}
-
-func (e *env) printOutboxStats(st *outbox.Stats) {
-	j := outboxStatsJSON{Outbox: st.Outbox, Pending: st.Pending, Inflight: st.Inflight, Done: st.Done, Dead: st.Dead,
-		Aborted: st.Aborted, OldestPendingAgeMS: st.OldestPendingAge.Milliseconds(), OldestDeadAgeMS: st.OldestDeadAge.Milliseconds(),
-		InflightLeases: st.InflightLeases, ExpiredLeases: st.ExpiredLeases, Durable: st.Durable, Watermark: st.Watermark, Unflushed: st.Unflushed}
-	if e.g.json {
-		e.out.json(j)
-		return
-	}
-	e.out.linef("outbox %s: %d pending, %d inflight, %d done, %d dead, %d aborted", display([]byte(st.Outbox)), st.Pending, st.Inflight, st.Done, st.Dead, st.Aborted)
-	e.out.linef("oldest pending: %v overdue; oldest dead letter: %v", st.OldestPendingAge.Round(time.Millisecond), st.OldestDeadAge.Round(time.Millisecond))
-	e.out.linef("leases: %d held, %d expired; durable: %v", st.InflightLeases, st.ExpiredLeases, st.Durable)
-}
-
-// outboxErrorFields adds an outbox refusal's state and entry to an error's
-// JSON shape.
-func outboxErrorFields(err error, b *errorBody) {
-	var se *outbox.StateError
-	if errors.As(err, &se) {
-		b.State = se.State().String()
-		b.Entry = newOutboxEntryJSON(&se.Entry)
-		if se.Existing != "" {
-			b.ExistingFingerprint, b.RequestedFingerprint = se.Existing, se.Requested
-		}
-	}
 }
 
 // verifyOutboxes checks every outbox among the anchors verified (all, or

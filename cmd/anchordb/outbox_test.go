@@ -96,7 +96,7 @@ func TestOutboxCommands(t *testing.T) {
 	}
 	// A dead one is never retried by itself.
 	r = runCLI(t, "--dir", dir, "--json", "outbox", "billing", "enqueue", "inv-2")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if eb := obj(t, r.stdout)["error"].(map[string]any); eb["code"] != "STATE_002" || eb["state"] != "dead" {
 		t.Fatalf("enqueue of a dead entry: %v", r)
 	}
@@ -163,7 +163,7 @@ func TestOutboxBadInput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := runCLI(t, append([]string{"--dir", dir, "--json"}, c.args...)...)
-			wantCode(t, r, c.code)
+			wantExit(t, r, c.code)
 			if !strings.Contains(r.stdout, c.err) {
 				t.Fatalf("want %s: %v", c.err, r)
 			}
@@ -204,7 +204,7 @@ func TestOutboxBadInput(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := runCLI(t, append([]string{"--dir", dir, "--json"}, c.args...)...)
-			wantCode(t, r, c.code)
+			wantExit(t, r, c.code)
 			if !strings.Contains(r.stdout, `"code":"`+c.err+`"`) {
 				t.Fatalf("want %s: %v", c.err, r)
 			}
@@ -215,7 +215,7 @@ func TestOutboxBadInput(t *testing.T) {
 	}
 	nodb := filepath.Join(t.TempDir(), "none")
 	r := runCLI(t, "--dir", nodb, "--json", "outbox", "billing", "stats")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	if _, err := os.Stat(nodb); !os.IsNotExist(err) {
 		t.Fatal("stats created a database")
 	}
@@ -243,7 +243,7 @@ func TestVerifyFindsOutboxDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, "--dir", dir, "--json", "verify")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	v := obj(t, r.stdout)
 	if v["ok"] != false {
 		t.Fatalf("verify: %v", v)

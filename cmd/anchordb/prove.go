@@ -58,7 +58,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if err != nil {
 					return err
 				}
-				db, err := e.open()
+				db, err := e.openRead()
 				if err != nil {
 					return err
 				}
@@ -66,7 +66,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if err != nil {
 					return err
 				}
-				e.out.json(p)
+				e.print.Proof(p)
 				return nil
 			case "consistency":
 				if len(args) != 4 || fs.Changed("size") {
@@ -83,7 +83,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if newSize == 0 {
 					return usagef("prove", "NEW must be at least 1")
 				}
-				db, err := e.open()
+				db, err := e.openRead()
 				if err != nil {
 					return err
 				}
@@ -91,7 +91,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if err != nil {
 					return err
 				}
-				e.out.json(p)
+				e.print.Proof(p)
 				return nil
 			case "frontier":
 				if len(args) != 2 || fs.Changed("size") {
@@ -105,7 +105,7 @@ a checkpoint is STATE_003 (exit 1).`,
 				if err != nil {
 					return err
 				}
-				e.out.json(p)
+				e.print.Proof(p)
 				return nil
 			}
 			return usagef("prove", "unknown proof %q (want inclusion, consistency or frontier)", args[0])
@@ -123,7 +123,7 @@ func checkpointToProve(e *env, file string) (*proof.Checkpoint, error) {
 		}
 		return engine.ParseCheckpointNote(msg)
 	}
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return nil, err
 	}
@@ -193,30 +193,16 @@ is not a proof (INPUT_001). With --json prints {"ok":true,"kind","description"},
 			if err != nil {
 				return err
 			}
-			out := verifiedJSON{OK: true, Kind: string(v.Kind), Description: v.String()}
+			out := proofCheck{kind: string(v.Kind), description: v.String()}
 			if cp != nil {
 				if err := cp.Bind(v); err != nil {
 					return err
 				}
-				sum := summarize(cp)
-				out.Checkpoint = &sum
-				out.Description += fmt.Sprintf(", as signed by checkpoint %s at %s", cp.Origin, sum.Time)
+				out.checkpoint = cp
+				out.description += fmt.Sprintf(", as signed by checkpoint %s at %s", cp.Origin, checkpointTime(cp))
 			}
-			if e.g.json {
-				e.out.json(out)
-				return nil
-			}
-			if !e.g.quiet {
-				e.out.linef("verified %s", out.Description)
-			}
+			e.print.ProofVerified(out)
 			return nil
 		}
 	},
-}
-
-type verifiedJSON struct {
-	OK          bool               `json:"ok"`
-	Kind        string             `json:"kind"`
-	Description string             `json:"description"`
-	Checkpoint  *checkpointSummary `json:"checkpoint,omitempty"`
 }

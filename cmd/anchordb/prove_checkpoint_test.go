@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestProveFrontierAndBindToCheckpoint: SPEC §5's third proof (an anchor's
+// TestProveFrontierAndBindToCheckpoint: CONTRACT §5's third proof (an anchor's
 // entry in a checkpoint's frontier root) from the CLI, and verify-proof
 // --checkpoint --pub, which holds every kind of proof to what a signed
 // checkpoint says rather than to the root the proof carries.
@@ -27,7 +27,7 @@ func TestProveFrontierAndBindToCheckpoint(t *testing.T) {
 
 	// No checkpoint yet: nothing to prove against.
 	r := runCLI(t, "--dir", dir, "--json", "prove", "frontier", "dev-1")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "STATE_003")
 
 	k := filepath.Join(tmp, "k")
@@ -85,7 +85,7 @@ func TestProveFrontierAndBindToCheckpoint(t *testing.T) {
 	for _, p := range []string{inclNow, consPast} {
 		mustRun(t, "verify-proof", p)
 		r = runCLI(t, "--json", "verify-proof", p, "--checkpoint", note, "--pub", pub)
-		wantCode(t, r, 1)
+		wantExit(t, r, 1)
 		errObj(t, r, "INT_001")
 	}
 	// A proof about dev-3's tree binds as dev-3's, and not when relabelled
@@ -94,16 +94,16 @@ func TestProveFrontierAndBindToCheckpoint(t *testing.T) {
 	forged := write("forged.json", strings.Replace(mustRead(t, otherAnchor), `"dev-3"`, `"dev-2"`, 1))
 	mustRun(t, "verify-proof", forged) // an inclusion proof does not commit to its anchor id
 	r = runCLI(t, "--json", "verify-proof", forged, "--checkpoint", note, "--pub", pub)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "INT_001")
 
 	// The checkpoint must verify under the key.
 	r = runCLI(t, "--json", "verify-proof", inclAt, "--checkpoint", note, "--pub", filepath.Join(tmp, "other.pub"))
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "AUTH_003")
 	altered := write("altered.note", strings.Replace(mustRead(t, note), "anchor \"dev-2\" "+itoa(size), "anchor \"dev-2\" "+itoa(size+1), 1))
 	r = runCLI(t, "--json", "verify-proof", inclAt, "--checkpoint", altered, "--pub", pub)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "AUTH_003")
 
 	for _, args := range [][]string{
@@ -116,11 +116,11 @@ func TestProveFrontierAndBindToCheckpoint(t *testing.T) {
 		{"--dir", dir, "prove", "frontier", "dev-2", "--checkpoint", filepath.Join(tmp, "missing.note")},
 	} {
 		r = runCLI(t, append([]string{"--json"}, args...)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 	r = runCLI(t, "--json", "--dir", dir, "prove", "frontier", "dev-9")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "STATE_003")
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/spf13/pflag"
@@ -47,7 +48,7 @@ a compaction's cut, is STATE_003 (exit 1).`,
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -61,11 +62,10 @@ a compaction's cut, is STATE_003 (exit 1).`,
 				v, err = db.Get(e.ctx, key)
 			}
 			if errors.Is(err, engine.ErrNotFound) {
-				switch {
-				case e.g.json && !raw:
-					e.out.json(notFoundJSON{Found: false, Key: byteString(key)})
-				case !e.g.quiet:
-					fmt.Fprintf(e.stderr, "not found: %s\n", display(key))
+				if raw { // --raw ignores --json
+					newTextPrinter(e).NotFound(key)
+				} else {
+					e.print.NotFound(key)
 				}
 				return exitStatus(exitFinding)
 			}
@@ -73,7 +73,7 @@ a compaction's cut, is STATE_003 (exit 1).`,
 				return err
 			}
 			if raw {
-				e.out.write(v.Value)
+				newTextPrinter(e).Value(v.Value)
 				return nil
 			}
 			// The index holds the value and receipt; the full record shape
@@ -86,24 +86,10 @@ a compaction's cut, is STATE_003 (exit 1).`,
 				return errs.New(errs.CodeIndexMismatch, "key %q: the index names %s #%d with hash %s, the segment holds %s",
 					key, v.Anchor, v.Seq, v.Hash, rec.Hash).At(v.Anchor, v.Seq, "", 0)
 			}
-			if e.g.json {
-				e.out.json(foundJSON{recordJSON: newRecordJSON(&rec), Found: true})
-			} else {
-				e.out.linef("%s", recordLine(&rec))
-			}
+			e.print.Found(&rec)
 			return nil
 		}
 	},
-}
-
-type notFoundJSON struct {
-	Found bool       `json:"found"`
-	Key   byteString `json:"key"`
-}
-
-type foundJSON struct {
-	recordJSON
-	Found bool `json:"found"`
 }
 
 var historyCmd = &command{
@@ -114,7 +100,7 @@ var historyCmd = &command{
 	minArgs: 1, maxArgs: 1,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		return func(e *env, args []string) error {
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -122,7 +108,7 @@ var historyCmd = &command{
 				if err != nil {
 					return err
 				}
-				e.printRecord(&rec)
+				e.print.Record(&rec)
 				if e.out.err != nil {
 					return e.out.err
 				}
@@ -154,7 +140,7 @@ var scanCmd = &command{
 			if limit < 0 {
 				return usagef("scan", "--limit must not be negative")
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -179,7 +165,7 @@ var scanCmd = &command{
 				if err != nil {
 					return err
 				}
-				e.printRecord(&rec)
+				e.print.Record(&rec)
 				if e.out.err != nil {
 					return e.out.err
 				}
@@ -209,7 +195,7 @@ a --from past the last record prints nothing.
 			if err := segment.ValidateAnchorID(args[0]); err != nil {
 				return err
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -219,7 +205,7 @@ a --from past the last record prints nothing.
 					gone.add(err) // a run of removed records; any other error ends the loop
 					continue
 				}
-				e.printRecord(&rec)
+				e.print.Record(&rec)
 				if e.out.err != nil {
 					return e.out.err
 				}
@@ -255,5 +241,5 @@ func (g *goneRuns) err() error {
 	case g.more == 0:
 		return g.first
 	}
-	return fmt.Errorf("%w (and %s of removed records after it)", g.first, plural(g.more, "more run"))
+	return fmt.Errorf("%w (and %s of removed records after it)", g.first, humanize.Plural(g.more, "more run"))
 }

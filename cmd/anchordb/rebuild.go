@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -41,82 +40,24 @@ rebuild found and did (adopted records, state_from_snapshot, snapshot_skipped, â
 			// NB: the rebuild takes the database's lock and opens it itself;
 			// this command must not hold it open.
 			// The recovery report is printed below: the logger keeps to errors.
-			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}}
+			opts := engine.Options{Logger: stderrLogger{w: e.stderr, quiet: true}, Clock: engineClock, ReadOnly: e.g.readOnly}
 			bar := e.newProgress()
 			if apply {
-				bar.update("rebuild-index: rebuilding the index of %s", e.g.dir)
+				bar.Update("rebuild-index: rebuilding the index of %s", e.g.dir)
 			}
 			start := time.Now()
 			plan, err := engine.RebuildIndexWith(e.ctx, e.g.dir, opts, engine.RebuildOptions{Apply: apply, FromSnapshot: fromSnapshot})
 			elapsed := time.Since(start)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}
-			out := rebuildJSON{Dir: plan.Dir, Anchors: plan.Anchors, Segments: plan.Segments, Stubs: plan.Stubs, Bytes: plan.Bytes,
-				Applied: plan.Applied, FromSnapshot: fromSnapshot}
+			out := rebuildReport{plan: plan, fromSnapshot: fromSnapshot}
 			if plan.Applied {
-				rec := newRecoveryJSON(plan.Report)
-				out.Seconds, out.Recovery = elapsed.Seconds(), &rec
+				out.seconds = elapsed.Seconds()
 			}
-			if e.g.json {
-				e.out.json(out)
-				return nil
-			}
-			printRebuildHuman(e, out)
+			e.print.Rebuild(out)
 			return nil
 		}
 	},
-}
-
-type rebuildJSON struct {
-	Dir          string        `json:"dir"`
-	Anchors      int           `json:"anchors"`
-	Segments     int           `json:"segments"`
-	Stubs        int           `json:"stubs"`
-	Bytes        int64         `json:"bytes"`
-	Applied      bool          `json:"applied"`
-	FromSnapshot bool          `json:"from_snapshot"`
-	Seconds      float64       `json:"seconds"`
-	Recovery     *recoveryJSON `json:"recovery,omitempty"` // set with --apply
-}
-
-func printRebuildHuman(e *env, r rebuildJSON) {
-	what := fromText(r.FromSnapshot)
-	if !r.Applied {
-		e.out.linef("rebuild-index (dry run): would drop the index of %s and rebuild it %sfrom %s, %s (%s) and %s of truncated segments",
-			r.Dir, what, plural(r.Anchors, "anchor"), plural(r.Segments, "segment file"), humanBytes(r.Bytes), plural(r.Stubs, "stub"))
-		if !e.g.quiet {
-			e.out.linef("nothing was changed; run with --apply to rebuild")
-		}
-		return
-	}
-	e.out.linef("rebuilt the index of %s %sfrom %s, %s (%s) and %s in %.3fs",
-		r.Dir, what, plural(r.Anchors, "anchor"), plural(r.Segments, "segment file"), humanBytes(r.Bytes), plural(r.Stubs, "stub"), r.Seconds)
-	if e.g.quiet {
-		return
-	}
-	for _, ev := range r.Recovery.Events { // r.Applied: Recovery is set
-		line := ev.Kind
-		if ev.Anchor != "" {
-			line += " anchor=" + display([]byte(ev.Anchor))
-		}
-		if ev.File != "" {
-			line += " file=" + ev.File
-		}
-		if ev.Records > 0 {
-			line += fmt.Sprintf(" records=%d", ev.Records)
-		}
-		if ev.Error != nil {
-			line += ": " + ev.Error.Code + " " + ev.Error.Message
-		}
-		e.out.linef("  %s", line)
-	}
-}
-
-func fromText(fromSnapshot bool) string {
-	if fromSnapshot {
-		return "starting at the newest audited snapshot that verifies, "
-	}
-	return ""
 }

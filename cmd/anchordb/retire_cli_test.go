@@ -23,12 +23,12 @@ func TestSnapshotRetireCLI(t *testing.T) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	wantCode(t, runCLI(t, "verify", "--dir", dir), 1)
+	wantExit(t, runCLI(t, "verify", "--dir", dir), 1)
 
 	mustRun(t, "put", "a", "k2", "v", "--dir", dir)
 	other := obj(t, mustRun(t, "snapshot", "create", "--json", "--dir", dir).stdout)
 	r := runCLI(t, "snapshot", "retire", str(t, other, "name"), "--json", "--dir", dir)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 
 	r = mustRun(t, "snapshot", "retire", name, "--json", "--dir", dir)

@@ -72,7 +72,7 @@ func TestInterruptWhileReadingInput(t *testing.T) {
 	r := startIdle(t, pr, "--dir", dir, "--json", "append", "a", "--type", "T")
 	pw.Close()
 	pr.Close()
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "IO_001")
 
 	// import from stdin, one line sent and then nothing.
@@ -86,7 +86,7 @@ func TestInterruptWhileReadingInput(t *testing.T) {
 	r = startIdle(t, pr, "--dir", dir, "--json", "import", "--batch", "1", "-")
 	pw.Close()
 	pr.Close()
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "IO_001")
 
 	// import from a FIFO whose writer idles.
@@ -106,7 +106,7 @@ func TestInterruptWhileReadingInput(t *testing.T) {
 	if w := <-opened; w != nil {
 		w.Close()
 	}
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "IO_001")
 
 	// A FIFO nobody opens for writing: the open itself is interrupted.
@@ -115,7 +115,7 @@ func TestInterruptWhileReadingInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = startIdle(t, nil, "--dir", dir, "--json", "import", fifo2)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 
 	time.Sleep(200 * time.Millisecond) // let any late append show
 	if n := records(); n != 1 {
@@ -149,7 +149,7 @@ func TestInterruptWhileReadingKeyFile(t *testing.T) {
 		{"--dir", dir, "--json", "verify", "--pub", fifo},
 	} {
 		r := startIdle(t, nil, args...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "IO_001")
 	}
 	if _, err := os.Stat("/dev/zero"); err != nil {
@@ -170,7 +170,7 @@ func TestInterruptWhileReadingKeyFile(t *testing.T) {
 		code = ee.ExitCode()
 	}
 	r := result{stdout: out.String(), code: code}
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 }
 
@@ -214,7 +214,7 @@ func TestSnapshotVerifyNotARegularFile(t *testing.T) {
 	}
 	for _, p := range paths {
 		r := runWithin(t, 10*time.Second, "--dir", dir, "--json", "snapshot", "verify", p)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
@@ -87,46 +84,6 @@ Prints {"name","finding":{"code","reason","file","offset","message"},"moved_to"}
 	},
 }
 
-// snapshotInfoJSON is snapshot.Info as the CLI prints it (the shape of its
-// JSON tags).
-type snapshotInfoJSON snapshot.Info
-
-// unreadableSnapshotJSON is a snapshot file that cannot be read: what its
-// name tells, and the error in the CLI's error shape.
-type unreadableSnapshotJSON struct {
-	Name    string     `json:"name"`
-	Path    string     `json:"path"`
-	Created *time.Time `json:"created,omitempty"`
-	Error   errorBody  `json:"error"`
-}
-
-// listedSnapshotJSON is a readable snapshot as list prints it: audited says
-// whether the audit log records it as the database's, with the hashes it
-// claims.
-type listedSnapshotJSON struct {
-	snapshotInfoJSON
-	Audited bool `json:"audited"`
-}
-
-// snapshotJSON is one snapshot of create or list.
-func snapshotJSON(info snapshot.Info) any {
-	if info.Err != nil {
-		out := unreadableSnapshotJSON{Name: info.Name, Path: info.Path, Error: errorJSON(info.Err).Error}
-		if !info.Created.IsZero() {
-			out.Created = &info.Created
-		}
-		if out.Error.File == "" {
-			out.Error.File = info.Path
-		}
-		return out
-	}
-	out := snapshotInfoJSON(info)
-	if out.Frontier == nil {
-		out.Frontier = snapshot.Frontier{}
-	}
-	return out
-}
-
 func snapshotCreate(e *env, policyFile string) error {
 	var ref string
 	if policyFile != "" {
@@ -144,16 +101,7 @@ func snapshotCreate(e *env, policyFile string) error {
 	if err != nil {
 		return err
 	}
-	if e.g.json {
-		e.out.json(snapshotJSON(info))
-		return nil
-	}
-	if !e.g.quiet {
-		e.out.linef("snapshot %s: %s at a frontier of %s and %s, %s, state %s",
-			info.Name, plural(info.Entries, "key"), plural(len(info.Frontier), "anchor"), plural(frontierRecords(info.Frontier), "record"), humanBytes(info.Size), info.StateHash)
-	} else {
-		e.out.linef("%s", info.Name)
-	}
+	e.print.SnapshotCreated(info)
 	return nil
 }
 
@@ -163,7 +111,7 @@ func frontierRecords(f snapshot.Frontier) uint64 {
 }
 
 func snapshotList(e *env) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
@@ -181,81 +129,15 @@ func snapshotList(e *env) error {
 			bad++
 		}
 	}
-	if e.g.json {
-		for i, s := range list {
-			if s.Err != nil {
-				e.out.json(snapshotJSON(s))
-				continue
-			}
-			e.out.json(listedSnapshotJSON{snapshotJSON(s).(snapshotInfoJSON), audited[i]})
-		}
-	} else if len(list) == 0 {
-		if !e.g.quiet {
-			e.out.linef("no snapshots in %s", db.SnapshotsDir())
-		}
-	} else {
-		var b strings.Builder
-		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tCREATED\tKEYS\tANCHORS\tRECORDS\tSIZE\tSTATE HASH\tPOLICY\tAUDITED")
-		foreign := 0
-		for i, s := range list {
-			if s.Err != nil {
-				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\tUNREADABLE (%s)\t-\t-\n", s.Name, createdText(s.Created), codeOf(s.Err))
-				continue
-			}
-			policy := s.PolicyRef
-			if policy == "" {
-				policy = "-"
-			}
-			yes := "yes"
-			if !audited[i] {
-				yes = "NO"
-				foreign++
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", s.Name, createdText(s.Created), s.Entries, len(s.Frontier),
-				frontierRecords(s.Frontier), humanBytes(s.Size), s.StateHash, policy, yes)
-		}
-
-		_ = tw.Flush()
-		for _, s := range list {
-			if s.Err != nil {
-				fmt.Fprintf(&b, "unreadable %s: %s\n", s.Name, errorLine(s.Err))
-			}
-		}
-		if foreign > 0 {
-			fmt.Fprintf(&b, "%d not in the audit log as the database's (AUDITED NO): compaction neither counts nor deletes them\n", foreign)
-		}
-		e.out.write([]byte(b.String()))
-	}
+	e.print.SnapshotList(db.SnapshotsDir(), list, audited)
 	if bad > 0 {
 		return exitStatus(exitFinding)
 	}
 	return nil
 }
 
-func createdText(t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-// snapshotVerifyJSON is one line of snapshot verify.
-type snapshotVerifyJSON struct {
-	OK bool `json:"ok"`
-	engine.SnapshotVerification
-}
-
-// snapshotFailureJSON is a snapshot that failed to verify.
-type snapshotFailureJSON struct {
-	OK    bool      `json:"ok"`
-	Name  string    `json:"name"`
-	Path  string    `json:"path"`
-	Error errorBody `json:"error"`
-}
-
 func snapshotVerify(e *env, names []string) error {
-	db, err := e.open()
+	db, err := e.openRead()
 	if err != nil {
 		return err
 	}
@@ -269,8 +151,8 @@ func snapshotVerify(e *env, names []string) error {
 		for _, s := range list {
 			targets = append(targets, target{s.Name, s.Path})
 		}
-		if len(targets) == 0 && !e.g.json && !e.g.quiet {
-			e.out.linef("no snapshots to verify in %s", db.SnapshotsDir())
+		if len(targets) == 0 {
+			e.print.NoSnapshotsToVerify(db.SnapshotsDir())
 		}
 	} else {
 		for _, n := range names {
@@ -284,44 +166,18 @@ func snapshotVerify(e *env, names []string) error {
 	status := exitOK
 	bar := e.newProgress()
 	for i, t := range targets {
-		bar.update("snapshot verify: %d/%d %s", i+1, len(targets), t.name)
+		bar.Update("snapshot verify: %d/%d %s", i+1, len(targets), t.name)
 		v, err := db.VerifySnapshot(e.ctx, t.path)
-		bar.done()
+		bar.Done()
 		if err != nil {
 			if e.ctx.Err() != nil {
 				return err
 			}
 			status = max(status, exitCode(err))
-			body := errorJSON(err).Error
-			if body.File == "" {
-				body.File = t.path
-			}
-			if e.g.json {
-				e.out.json(snapshotFailureJSON{OK: false, Name: t.name, Path: t.path, Error: body})
-			} else {
-				e.out.linef("FAIL %s: %s", t.name, errorLine(err))
-			}
+			e.print.SnapshotFailed(t.name, t.path, err)
 			continue
 		}
-		if e.g.json {
-			e.out.json(snapshotVerifyJSON{OK: true, SnapshotVerification: v})
-			continue
-		}
-		if e.g.quiet {
-			continue
-		}
-		unaudited := ""
-		if !v.Audited {
-			unaudited = "; not in the audit log as the database's: compaction neither counts nor deletes it"
-		}
-		switch {
-		case !v.Replayed:
-			e.out.linef("ok   %s: file and state hash verify (%s); %s", t.name, plural(v.Info.Entries, "key"), v.Note)
-		case v.Base != "":
-			e.out.linef("ok   %s: replay of %s from base %s gives state %s%s", t.name, plural(v.ReplayedRecords, "record"), v.Base, v.ReplayStateHash, unaudited)
-		default:
-			e.out.linef("ok   %s: replay of %s from genesis gives state %s%s", t.name, plural(v.ReplayedRecords, "record"), v.ReplayStateHash, unaudited)
-		}
+		e.print.SnapshotVerified(t.name, v)
 	}
 	if status != exitOK {
 		return exitStatus(status)
@@ -367,14 +223,6 @@ func snapshotRetire(e *env, name string) error {
 	if err != nil {
 		return err
 	}
-	if e.g.json {
-		e.out.json(r)
-		return nil
-	}
-	where := "its file was gone already"
-	if r.MovedTo != "" {
-		where = "moved to " + r.MovedTo
-	}
-	e.out.linef("retired %s (%s %s: %s): %s; the audit log records it", r.Name, r.Finding.Code, r.Finding.Reason, r.Finding.Message, where)
+	e.print.SnapshotRetired(r)
 	return nil
 }

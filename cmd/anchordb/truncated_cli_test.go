@@ -54,7 +54,7 @@ func TestTruncatedLogAndMergeAnswerTrueOrRefuse(t *testing.T) {
 	dir, root, rootAt20, f20 := truncatedCLI(t)
 
 	r := runCLI(t, "log", "a", "--from", "1", "--to", "30", "--json", dir)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	out := lines(t, r.stdout)
 	if len(out) < 2 {
 		t.Fatalf("log a 1..30 below the cut: %v", r)
@@ -72,30 +72,30 @@ func TestTruncatedLogAndMergeAnswerTrueOrRefuse(t *testing.T) {
 		}
 	}
 	r = runCLI(t, "log", "a", "--from", "1", "--to", "30", dir)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if !strings.Contains(r.stderr, "STATE_003") || strings.Count(r.stdout, "\n") != len(out)-1 {
 		t.Fatalf("log a 1..30 as text: %v", r)
 	}
 
 	r = runCLI(t, "log", "nosuch", "--json", dir)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "STATE_003")
 
 	if got := obj(t, mustRun(t, "merge", "--root", "--json", dir).stdout); got["root"] != root["root"] || got["records"].(fmt.Stringer).String() != root["records"].(fmt.Stringer).String() {
 		t.Fatalf("merge --root after the compaction: %v; before it: %v", got, root)
 	}
 	r = runCLI(t, "merge", "--root", "--json", "--frontier", f20, dir)
-	wantCode(t, r, 0)
+	wantExit(t, r, 0)
 	if got := obj(t, r.stdout); got["root"] != rootAt20["root"] || num(t, got, "records") != 20 {
 		t.Fatalf("merge --root --frontier {\"a\":20} inside the cut: %v; before the compaction: %v", got, rootAt20)
 	}
 	// The state at that frontier is not known: get --at refuses, as before.
 	r = runCLI(t, "get", "k1", "--at", f20, "--json", dir)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "STATE_003")
 	// The merged stream: what is held, then STATE_003 for what is gone.
 	r = runCLI(t, "merge", "--json", dir)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	out = lines(t, r.stdout)
 	if e, ok := out[len(out)-1]["error"].(map[string]any); !ok || str(t, e, "code") != "STATE_003" {
 		t.Fatalf("merge after a truncation does not end in STATE_003: %v", r)

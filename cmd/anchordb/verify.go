@@ -1,13 +1,13 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/internal/errs"
+	"github.com/anchordb/anchordb/internal/humanize"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/spf13/pflag"
 )
@@ -32,7 +32,15 @@ the checkpoint's root.
 
 With --json prints {"ok","anchors","records","bytes","failures":[{"code","reason","anchor",
 "seq","file","offset","message"}]}; else a summary and one line per finding. Exits 1 when
-anything fails. Progress is drawn on stderr when it is a terminal.`,
+anything fails. Progress is drawn on stderr when it is a terminal.
+
+While another process has the database open for writing (or a read-only open finds its
+index not current: a crash, a copy taken while it was open), verify reads the files alone
+and holds no lock: every anchor's segments, stubs and journal as far as they hold whole,
+chained records, and the stored checkpoints against them. The output then says so, with
+what it did not check (the index, snapshots, audit log) under "files":{"why","unchecked",
+"tails"}; bytes at the end of an anchor's newest segment that do not read as a record are
+a write in progress there, listed under "tails", never a finding.`,
 	minArgs: 0, maxArgs: 0,
 	setup: func(fs *pflag.FlagSet) runFunc {
 		var anchors []string
@@ -71,7 +79,7 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 					return err
 				}
 			}
-			db, err := e.open()
+			db, err := e.openRead()
 			if err != nil {
 				return err
 			}
@@ -82,55 +90,31 @@ anything fails. Progress is drawn on stderr when it is a terminal.`,
 					if p.TotalBytes > 0 {
 						pct = 100 * float64(p.Bytes) / float64(p.TotalBytes)
 					}
-					bar.update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, plural(p.Anchors, "anchor"), plural(p.Records, "record"),
-						humanBytes(p.Bytes), humanBytes(p.TotalBytes))
+					bar.Update("verify: %5.1f%%  %d/%s  %s  %s of %s", pct, p.AnchorsDone, humanize.Plural(p.Anchors, "anchor"), humanize.Plural(p.Records, "record"),
+						humanize.Bytes(p.Bytes), humanize.Bytes(p.TotalBytes))
 				}
 			}
 			rep, err := db.Verify(e.ctx, opts)
-			bar.done()
+			bar.Done()
 			if err != nil {
 				return err
 			}
-			if !stopAtFirst || rep.OK {
+			if rep.Files != nil {
+				// Read from the files alone: an outbox's check needs the
+				// index's rows of it.
+				rep.Files.Unchecked = append(rep.Files.Unchecked, "outboxes")
+			} else if !stopAtFirst || rep.OK {
 				if err := verifyOutboxes(e, db, &rep, anchors); err != nil {
 					return err
 				}
 			}
-			if e.g.json {
-				e.out.json(rep)
-			} else {
-				printVerifyHuman(e, rep)
-			}
+			e.print.Verify(rep)
 			if !rep.OK {
 				return exitStatus(exitFinding)
 			}
 			return nil
 		}
 	},
-}
-
-func printVerifyHuman(e *env, rep engine.VerifyReport) {
-	status := "ok"
-	if !rep.OK {
-		status = fmt.Sprintf("FAILED: %s", plural(len(rep.Failures), "finding"))
-	}
-	if rep.OK && e.g.quiet {
-		return
-	}
-	e.out.linef("verify %s: %s, %s, %s of segments", status, plural(rep.Anchors, "anchor"), plural(rep.Records, "record"), humanBytes(rep.Bytes))
-	for _, f := range rep.Failures {
-		var loc []string
-		if f.Anchor != "" {
-			loc = append(loc, "anchor="+display([]byte(f.Anchor)))
-		}
-		if f.Seq != 0 {
-			loc = append(loc, fmt.Sprintf("seq=%d", f.Seq))
-		}
-		if f.File != "" {
-			loc = append(loc, fmt.Sprintf("file=%s offset=%d", f.File, f.Offset))
-		}
-		e.out.linef("%s %s %s: %s", f.Code, f.Reason, strings.Join(loc, " "), f.Message)
-	}
 }
 
 // readKeyFile reads a note key (signer or verifier) from a file; surrounding

@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -68,11 +70,11 @@ func TestVerifyCommand(t *testing.T) {
 	}
 
 	r = runCLI(t, "--dir", dir, "--json", "verify", "--anchor", "nope")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "STATE_003")
 	for _, args := range [][]string{{"verify", "--threads", "-1"}, {"verify", "--from-checkpoint", "x"}, {"verify", "extra"}} {
 		r = runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 
@@ -89,7 +91,7 @@ func TestVerifyCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runCLI(t, "--dir", dir, "--json", "verify")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	m = obj(t, r.stdout)
 	fails := m["failures"].([]any)
 	if m["ok"] != false || len(fails) == 0 {
@@ -105,25 +107,25 @@ func TestVerifyCommand(t *testing.T) {
 		t.Fatalf("finding %v", first)
 	}
 	r = runCLI(t, "--dir", dir, "verify")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if !strings.Contains(r.stdout, "verify FAILED: ") || !strings.Contains(r.stdout, "INT_001 hash_mismatch anchor=dev-2 seq=1") {
 		t.Fatalf("human damaged: %v", r)
 	}
 	// The other anchors still verify on their own.
 	mustRun(t, "--dir", dir, "verify", "--anchor", "dev-1", "--anchor", "dev-3")
 	r = runCLI(t, "--dir", dir, "--json", "verify", "--stop-at-first")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if n := len(obj(t, r.stdout)["failures"].([]any)); n != 1 {
 		t.Fatalf("--stop-at-first: %d findings", n)
 	}
-	// SPEC §3: what verify found makes the anchor read-only, also after the
+	// CONTRACT §3: what verify found makes the anchor read-only, also after the
 	// bytes are put back, until the operator rebuilds the index
 	// (docs/RELIABILITY.md); the other anchors take appends.
 	if err := os.WriteFile(seg, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r = runCLI(t, "--dir", dir, "--json", "put", "dev-2", "k", "v")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "INT_001")
 	mustRun(t, "--dir", dir, "put", "dev-1", "k", "v")
 	mustRun(t, "--dir", dir, "rebuild-index", "--apply")
@@ -149,7 +151,7 @@ func TestKeygen(t *testing.T) {
 		t.Fatalf("files: %q %q", key, pub)
 	}
 	r = runCLI(t, "--json", "keygen", "--out", prefix)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	if again, _ := os.ReadFile(prefix + ".key"); !bytes.Equal(again, key) {
 		t.Fatal("an existing key was overwritten")
@@ -159,7 +161,7 @@ func TestKeygen(t *testing.T) {
 		t.Fatalf("keygen json %v", m)
 	}
 	r = runCLI(t, "--json", "keygen", "--name", "bad name", "--out", filepath.Join(dir, "k2"))
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	// --out is a file prefix: a directory, or a name ending in '/', would
 	// make the hidden files DIR/.key and DIR/.pub.
@@ -169,7 +171,7 @@ func TestKeygen(t *testing.T) {
 	}
 	for _, out := range []string{sub, sub + "/", filepath.Join(dir, "absent") + "/", sub + "/."} {
 		r = runCLI(t, "--json", "keygen", "--out", out)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 	if ents, _ := os.ReadDir(sub); len(ents) != 0 {
@@ -234,7 +236,7 @@ func TestCheckpointCommands(t *testing.T) {
 	mustRun(t, "keygen", "--name", "signer", "--out", other)
 	mustRun(t, "--dir", filepath.Join(tmp, "db2"), "put", "a", "k", "v")
 	resigned := mustRun(t, "--dir", filepath.Join(tmp, "db2"), "checkpoint", "create", "--key", other+".key").stdout
-	// Not a signed note at all: a malformed file, INPUT_001 (SPEC §8).
+	// Not a signed note at all: a malformed file, INPUT_001 (CONTRACT §8).
 	pubText, err := os.ReadFile(k + ".pub")
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +247,7 @@ func TestCheckpointCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		r = runCLI(t, "--json", "checkpoint", "verify", p, "--pub", k+".pub")
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 	for name, text := range map[string]string{"forged": forged, "resigned": resigned} {
@@ -254,7 +256,7 @@ func TestCheckpointCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		r = runCLI(t, "--json", "checkpoint", "verify", p, "--pub", k+".pub")
-		wantCode(t, r, 1)
+		wantExit(t, r, 1)
 		errObj(t, r, "AUTH_003")
 		r = runCLI(t, "checkpoint", "verify", p, "--pub", k+".pub")
 		if r.code != 1 || !strings.Contains(r.stderr, "AUTH_003 signature_invalid") {
@@ -274,10 +276,10 @@ func TestCheckpointCommands(t *testing.T) {
 		t.Fatalf("incremental verify: %v", m)
 	}
 	r = runCLI(t, "--dir", dir, "--json", "verify", "--from-checkpoint", filepath.Join(tmp, "forged.note"), "--pub", k+".pub")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "AUTH_003")
 	r = runCLI(t, "--dir", dir, "--json", "verify", "--pub", other+".pub")
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if f := obj(t, r.stdout)["failures"].([]any)[0].(map[string]any); f["code"] != "AUTH_003" {
 		t.Fatalf("stored checkpoints with another key: %v", r)
 	}
@@ -285,7 +287,7 @@ func TestCheckpointCommands(t *testing.T) {
 	for _, args := range [][]string{{"checkpoint", "create"}, {"checkpoint", "verify", notePath}, {"checkpoint", "sign", "--key", "x"},
 		{"checkpoint", "create", "--key", k + ".key", "--pub", k + ".pub"}, {"checkpoint", "create", "--key", filepath.Join(tmp, "missing")}} {
 		r = runCLI(t, append([]string{"--dir", dir, "--json"}, args...)...)
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 }
@@ -344,16 +346,16 @@ func TestProveCommands(t *testing.T) {
 	root := str(t, m, "root")
 	flipped := root[:20] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", root[20])+1)%16]) + root[21:]
 	r = cli(t, []byte(strings.Replace(string(data), root, flipped, 1)), []string{"--json", "verify-proof", "-"})
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	errObj(t, r, "INT_001")
 	// Not a proof: exit 2.
 	for _, bad := range []string{"{", `{"anchor":"a"}`, `{"anchor":"a","seq":1,"size":1,"leaf":"x","root":"y","proof":[]}`, ""} {
 		r = cli(t, []byte(bad), []string{"--json", "verify-proof", "-"})
-		wantCode(t, r, 2)
+		wantExit(t, r, 2)
 		errObj(t, r, "INPUT_001")
 	}
 	r = runCLI(t, "--json", "verify-proof", filepath.Join(tmp, "missing.json"))
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 
 	// Refusals.
 	for _, c := range []struct {
@@ -384,7 +386,7 @@ func TestProveCommands(t *testing.T) {
 // TestVerifyMalformedPubKey: verify --pub with a file that is no verifier
 // key is bad input (INPUT_001, exit 2), as for checkpoint verify — not an
 // AUTH_003 finding on every stored checkpoint, nor, with none stored, a
-// clean pass that ignored the key (stop 18's review).
+// clean pass that ignored the key.
 func TestVerifyMalformedPubKey(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "db")
@@ -414,7 +416,7 @@ func TestVerifyMalformedPubKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runCLI(t, "--json", "checkpoint", "verify", cp, "--pub", bad)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 }
 
@@ -433,7 +435,7 @@ func TestKeyNameWithControlCharacter(t *testing.T) {
 
 	bad := filepath.Join(tmp, "bad")
 	r := runCLI(t, "--json", "keygen", "--name", "a\x01b", "--out", bad)
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 	if _, err := os.Stat(bad + ".key"); err == nil {
 		t.Fatal("keygen wrote a key file for a refused name")
@@ -447,7 +449,7 @@ func TestKeyNameWithControlCharacter(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = runCLI(t, "--dir", dir, "--json", "checkpoint", "create", "--key", bad+".key")
-	wantCode(t, r, 2)
+	wantExit(t, r, 2)
 	errObj(t, r, "INPUT_001")
 
 	// Nothing was stored: a good key still signs, and verify finds nothing.
@@ -477,8 +479,62 @@ func TestHumanErrorIsOneLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := runCLI(t, "verify-proof", f)
-	wantCode(t, r, 1)
+	wantExit(t, r, 1)
 	if !strings.HasPrefix(r.stderr, "anchordb: INT_001 hash_mismatch: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
 		t.Fatalf("want one line on stderr, got %q", r.stderr)
+	}
+}
+
+// codeTextRE matches a "CODE reason" pair as the coded errors print it.
+var codeTextRE = regexp.MustCompile(`[A-Z]+_[0-9]{3} [a-z_]+`)
+
+// TestVerifyJSONSnapshotFinding: verify --json reports a damaged snapshot
+// at the byte offset snapshot verify reports for it (CONTRACT §10's "offset" of
+// a failure), with a message that does not repeat the code; the human line
+// names the code once and the same offset.
+func TestVerifyJSONSnapshotFinding(t *testing.T) {
+	dir := t.TempDir()
+	fillDB(t, dir, []string{"dev-1", "dev-2"}, 30)
+	snap := str(t, obj(t, mustRun(t, "--dir", dir, "--json", "snapshot", "create").stdout), "path")
+	data, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 1
+	if err := os.WriteFile(snap, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, "--dir", dir, "--json", "snapshot", "verify")
+	wantExit(t, r, 1)
+	want := obj(t, r.stdout)["error"].(map[string]any)
+	wantOff := num(t, want, "offset")
+	if wantOff == 0 {
+		t.Fatalf("snapshot verify locates no offset: %v", r)
+	}
+
+	r = runCLI(t, "--dir", dir, "--json", "verify")
+	wantExit(t, r, 1)
+	fails := obj(t, r.stdout)["failures"].([]any)
+	if len(fails) != 1 {
+		t.Fatalf("verify: %v", r)
+	}
+	f := fails[0].(map[string]any)
+	if f["code"] != "INT_003" || f["reason"] != "snapshot_corrupted" || f["file"] != snap || num(t, f, "offset") != wantOff {
+		t.Errorf("finding %v; want INT_003 in %s at offset %d", f, filepath.Base(snap), wantOff)
+	}
+	if msg := str(t, f, "message"); codeTextRE.MatchString(msg) || msg != want["message"] {
+		t.Errorf("finding message %q; want snapshot verify's %q, without a code", msg, want["message"])
+	}
+
+	r = runCLI(t, "--dir", dir, "verify")
+	wantExit(t, r, 1)
+	var line string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(l, "INT_003") {
+			line = l
+		}
+	}
+	if n := len(codeTextRE.FindAllString(line, -1)); n != 1 || !strings.Contains(line, "offset="+strconv.FormatInt(wantOff, 10)) {
+		t.Errorf("human finding %q: want one code and offset=%d", line, wantOff)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"strings"
 
 	"github.com/anchordb/anchordb/engine"
 	"github.com/anchordb/anchordb/segment"
@@ -24,7 +23,7 @@ With --json: {"module","version","vcs_revision","vcs_time","vcs_modified","go",
 	minArgs: 0, maxArgs: 0,
 	setup: func(*pflag.FlagSet) runFunc {
 		return func(e *env, _ []string) error {
-			printVersion(e)
+			e.print.Version(buildVersion())
 			return nil
 		}
 	},
@@ -39,7 +38,8 @@ type formatVersion struct {
 	Note   string   `json:"note,omitempty"`
 }
 
-type versionJSON struct {
+// versionInfo is what a build is and the formats it writes and reads.
+type versionInfo struct {
 	Module      string          `json:"module"`
 	Version     string          `json:"version"`
 	VCSRevision string          `json:"vcs_revision,omitempty"`
@@ -50,8 +50,8 @@ type versionJSON struct {
 }
 
 // buildVersion reads what the build recorded about itself.
-func buildVersion() versionJSON {
-	v := versionJSON{Module: "github.com/anchordb/anchordb", Version: "unknown", Go: runtime.Version()}
+func buildVersion() versionInfo {
+	v := versionInfo{Module: "github.com/anchordb/anchordb", Version: "unknown", Go: runtime.Version()}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		if bi.Main.Path != "" {
 			v.Module = bi.Main.Path
@@ -83,32 +83,4 @@ func buildVersion() versionJSON {
 		{Format: "audit log, checkpoint, proof", Writes: "none", Reads: []string{"none"}, Note: "unversioned: one canonical form each"},
 	}
 	return v
-}
-
-func printVersion(e *env) {
-	v := buildVersion()
-	if e.g.json {
-		e.out.json(v)
-		return
-	}
-	vcs := ""
-	if v.VCSRevision != "" {
-		vcs = " (vcs " + v.VCSRevision
-		if v.VCSTime != "" {
-			vcs += " " + v.VCSTime
-		}
-		if v.VCSModified {
-			vcs += ", modified"
-		}
-		vcs += ")"
-	}
-	e.out.linef("anchordb %s %s%s, %s", v.Module, v.Version, vcs, v.Go)
-	e.out.linef("format versions (docs/FORMAT.md §11):")
-	for _, f := range v.Formats {
-		note := ""
-		if f.Note != "" {
-			note = " (" + f.Note + ")"
-		}
-		e.out.linef("  %-29s writes %s, reads %s%s", f.Format, f.Writes, strings.Join(f.Reads, ", "), note)
-	}
 }

@@ -77,7 +77,7 @@ func (e *env) appendOne(cmd string, ent engine.Entry, w *writeFlags) error {
 	if err != nil {
 		return err
 	}
-	e.printReceipt(r)
+	e.print.Receipt(r)
 	return nil
 }
 

@@ -1,4 +1,4 @@
-// Package errs defines the typed, coded errors of anchordb (SPEC §8).
+// Package errs defines the typed, coded errors of anchordb (CONTRACT §8).
 //
 // Every error a caller may act on is an *Error carrying a Code, or wraps
 // one: an admission refusal (*RefusalError) unwraps to the *Error of its
@@ -23,7 +23,7 @@ import (
 // Code is a stable, machine-readable error code such as "INT_001".
 type Code string
 
-// The codes of SPEC §8.
+// The codes of CONTRACT §8.
 const (
 	CodeCapacityExhausted Code = "CAP_001"
 	CodeQueueFull         Code = "CAP_002"
@@ -56,7 +56,7 @@ var reasons = map[Code]string{
 	CodeInvalidInput:      "invalid_input",
 }
 
-// Reason returns the snake_case reason of SPEC §8 for the code.
+// Reason returns the snake_case reason of CONTRACT §8 for the code.
 func (c Code) Reason() string {
 	if r, ok := reasons[c]; ok {
 		return r
@@ -143,7 +143,7 @@ var codeTextRE = regexp.MustCompile(`\b([A-Z]+_[0-9]{3}) ([a-z_]+)(: |$)`)
 // own (the CLI's JSON error shape, a verify finding). A coded error wrapped
 // in another prints its own code in the middle of the outer text
 // ("inclusion proof: INPUT_001 invalid_input: hash …"): every one is
-// dropped, not only the leading one. Only a code of SPEC §8 followed by its
+// dropped, not only the leading one. Only a code of CONTRACT §8 followed by its
 // own reason is dropped. A nil err gives "".
 func Message(err error) string {
 	if err == nil {
@@ -152,7 +152,7 @@ func Message(err error) string {
 	s := codeTextRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
 		sub := codeTextRE.FindStringSubmatch(m)
 		if Code(sub[1]).Reason() != sub[2] {
-			return m // not a code of SPEC §8 and its reason
+			return m // not a code of CONTRACT §8 and its reason
 		}
 		return ""
 	})

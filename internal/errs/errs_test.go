@@ -22,7 +22,7 @@ func TestMessage(t *testing.T) {
 		{&Error{Code: CodeChainBroken}, ""},
 		{Wrap(CodeIndexMismatch, inner, "'k' row"), "'k' row: record seq 7: stored hash differs"},
 		{fmt.Errorf("stored checkpoint: %w", inner), "stored checkpoint: record seq 7: stored hash differs"},
-		// Not a code of SPEC §8 with its own reason: kept.
+		// Not a code of CONTRACT §8 with its own reason: kept.
 		{errors.New("INT_001 chain_broken: x"), "INT_001 chain_broken: x"},
 		{errors.New("anchor FOO_123 bar"), "anchor FOO_123 bar"},
 	}
@@ -33,9 +33,9 @@ func TestMessage(t *testing.T) {
 	}
 }
 
-// TestCodesOfSPEC8 pins the table of SPEC §8: every code, its reason, and
+// TestCodesOfTheContract pins the table of CONTRACT §8: every code, its reason, and
 // how a refusal answers errors.Is, errors.As and CodeOf when wrapped.
-func TestCodesOfSPEC8(t *testing.T) {
+func TestCodesOfTheContract(t *testing.T) {
 	table := map[Code]string{
 		"CAP_001": "capacity_exhausted", "CAP_002": "queue_full", "CAP_003": "rate_limited",
 		"STATE_001": "scope_locked", "STATE_002": "conflict_detected", "STATE_003": "dependency_missing",
@@ -43,7 +43,7 @@ func TestCodesOfSPEC8(t *testing.T) {
 		"AUTH_003": "signature_invalid", "IO_001": "write_failed", "INPUT_001": "invalid_input",
 	}
 	if len(reasons) != len(table) {
-		t.Fatalf("%d codes defined, SPEC §8 has %d", len(reasons), len(table))
+		t.Fatalf("%d codes defined, CONTRACT §8 has %d", len(reasons), len(table))
 	}
 	for code, reason := range table {
 		if got := code.Reason(); got != reason {
@@ -69,7 +69,7 @@ func TestCodesOfSPEC8(t *testing.T) {
 	}
 }
 
-// TestOneErrorsAsReadsEveryCode: for every code of SPEC §8, whatever the
+// TestOneErrorsAsReadsEveryCode: for every code of CONTRACT §8, whatever the
 // error type that carries it — an *Error made by New or Wrap, a
 // *RefusalError, either wrapped again with %w — one errors.As with an
 // *Error reads its code, CodeOf agrees, and errors.Is matches its sentinel.

@@ -4,6 +4,8 @@ package lint
 
 import (
 	"go/build"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -15,36 +17,48 @@ import (
 const module = "github.com/anchordb/anchordb/"
 
 // layers says, for each package of the module, which of the module's
-// packages it may import (SPEC §11, STYLE.md): cmd, bench and fuzz sit on
+// packages it may import (CONTRACT §11, STYLE.md): cmd, bench and fuzz sit on
 // engine, cmd and bench also on outbox (a client of engine's public API);
 // engine on merge, snapshot and proof; those three on segment and never on
-// one another; segment on internal/errs alone. A package missing
+// one another; segment on internal/errs alone. engine/internal/... hold
+// parts of the engine below it (schema: the index rows). A package missing
 // here fails the test, so a new one has to take its place in the layering.
 var layers = map[string][]string{
-	"internal/errs":       nil,
-	"internal/invariants": nil,
-	"internal/jsonobj":    nil,
-	"internal/fsutil":     nil,
-	"internal/journal":    {"internal/errs", "internal/fsutil"},
-	"internal/lint":       nil,
-	"segment":             {"internal/errs"},
-	"merge":               {"segment", "internal/errs", "internal/jsonobj"},
-	"snapshot":            {"segment", "internal/errs", "internal/jsonobj", "internal/fsutil"},
-	"proof":               {"segment", "internal/errs", "internal/jsonobj"},
-	"engine": {"merge", "snapshot", "proof", "segment",
-		"internal/errs", "internal/journal", "internal/invariants", "internal/fsutil"},
+	"internal/errs":          nil,
+	"internal/invariants":    nil,
+	"internal/jsonobj":       nil,
+	"internal/fsutil":        nil,
+	"internal/humanize":      nil,
+	"internal/journal":       {"internal/errs", "internal/fsutil"},
+	"internal/lint":          nil,
+	"internal/testutil":      {"internal/errs", "segment"},
+	"segment":                {"internal/errs"},
+	"merge":                  {"segment", "internal/errs", "internal/jsonobj"},
+	"snapshot":               {"segment", "internal/errs", "internal/jsonobj", "internal/fsutil", "internal/testutil"},
+	"proof":                  {"segment", "internal/errs", "internal/jsonobj", "internal/testutil"},
+	"engine/internal/schema": {"segment"},
+	"engine": {"engine/internal/schema", "merge", "snapshot", "proof", "segment",
+		"internal/errs", "internal/journal", "internal/invariants", "internal/fsutil", "internal/testutil"},
 	"outbox":        {"engine", "segment", "snapshot", "proof", "internal/errs", "internal/jsonobj"},
 	"bench/harness": {"engine", "merge", "snapshot", "proof", "segment", "internal/errs"},
 	"bench": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
 		"internal/errs", "internal/journal"},
-	"cmd/anchordb": {"bench/harness", "engine", "merge", "snapshot", "proof", "segment", "outbox",
-		"internal/errs", "internal/jsonobj"},
-	"fuzz": {"engine", "merge", "snapshot", "proof", "segment",
-		"internal/errs", "internal/journal", "internal/jsonobj"},
+	"tool/importer": {"engine", "segment", "internal/errs", "internal/jsonobj", "internal/humanize"},
+	"tool/demo":     {"engine", "merge", "proof", "segment", "snapshot", "internal/errs", "internal/humanize"},
+	"cmd/anchordb": {"bench/harness", "tool/importer", "tool/demo", "engine", "merge", "snapshot", "proof", "segment", "outbox",
+		"internal/errs", "internal/humanize"},
+	"fuzz": {"engine", "merge", "snapshot", "proof", "segment", "tool/importer",
+		"internal/errs", "internal/journal", "internal/jsonobj", "internal/testutil"},
 }
 
+// testOnly are the packages that hold test helpers: any package's tests may
+// import them (within its layer), no package's code may. Each still needs
+// its place in layers.
+var testOnly = map[string]bool{"internal/testutil": true}
+
 // TestImports checks every package's imports, its tests' included, against
-// layers: lower layers never import higher ones.
+// layers: lower layers never import higher ones. A package of testOnly may
+// appear only among a package's test imports.
 func TestImports(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -94,6 +108,11 @@ func TestImports(t *testing.T) {
 				t.Errorf("%s imports %s, which its layer may not", rel, dep)
 			}
 		}
+		for _, imp := range pkg.Imports {
+			if dep, inModule := strings.CutPrefix(imp, module); inModule && testOnly[dep] {
+				t.Errorf("%s imports the test-only package %s outside its tests", rel, dep)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -104,5 +123,32 @@ func TestImports(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatalf("the module root was not found at %s: %v", root, err)
+	}
+}
+
+// TestOnlyTheBenchCommandImportsTheHarness keeps the benchmark harness the
+// library of `anchordb bench` alone: the other commands carry no benchmark
+// code, and what they share with the harness lives below both. layers lets
+// cmd/anchordb import bench/harness; this narrows it to bench.go.
+func TestOnlyTheBenchCommandImportsTheHarness(t *testing.T) {
+	dir := filepath.Join("..", "..", "cmd", "anchordb")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no Go files in %s", dir)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		parsed, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range parsed.Imports {
+			if imp.Path.Value == `"`+module+`bench/harness"` && filepath.Base(f) != "bench.go" {
+				t.Errorf("%s imports bench/harness: only bench.go, the bench command, may", f)
+			}
+		}
 	}
 }

@@ -1,6 +1,0 @@
-//go:build !race
-
-package engine
-
-// raceEnabled: see verify_race_test.go.
-const raceEnabled = false
