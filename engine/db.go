@@ -75,6 +75,13 @@ type DB struct {
 		sync.Mutex
 		pos journal.Pos
 	}
+	// stagedUpTo is the journal position after the last group whose
+	// segment bytes the applier has buffered: a buffer reaches its file
+	// only once the journal is durable up to there (segsync.go).
+	stagedUpTo struct {
+		sync.Mutex
+		pos journal.Pos
+	}
 	// Owned by the commit leader.
 	journalBytes int64         // since the last settle
 	clock        atomic.Uint64 // the Lamport clock, as far as the leader got
