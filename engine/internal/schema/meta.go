@@ -24,7 +24,7 @@ const (
 	MetaSettled = "settled" // a journal position (internal/journal's Pos encoding): segments hold everything before it durably
 	MetaAudit   = "audit"   // AuditHead: lines ‖ hash of the last: the audit log's head
 	// MetaAuditNext is the line an append was about to write (AuditHead:
-	// u64 seq ‖ hash), as engines of before 2026-11-29 made it durable
+	// u64 seq ‖ hash), as engines before 48cca40 (2026-11-29) made it durable
 	// before the line: a line matching it is the database's own. The
 	// engine reads it still; it writes its marks to a file of their own
 	// (engine/auditmark.go).
