@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
+	"github.com/anchordb/anchordb/engine/internal/gate"
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
@@ -56,8 +58,8 @@ type DB struct {
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
 	ingesting atomic.Pointer[map[string]bool]
-	// reads holds Close off the index while reads use it (closegate.go).
-	reads closeGate
+	// reads holds Close off the index while reads use it (beginRead).
+	reads gate.Gate
 	// checkpointMu makes checkpoint creation one at a time: each must see
 	// the one before it (it was one lock for the whole process, held across
 	// a settle's fsyncs since checkpoints sign only durable records).
@@ -92,7 +94,7 @@ type DB struct {
 	dirtyDirs  map[string]struct{} // directories whose entries changed
 
 	metrics     metrics
-	adm         admission
+	adm         *admission.Controller
 	failed      atomic.Pointer[errs.Error]
 	closed      atomic.Bool
 	settleCh    chan struct{}
@@ -269,7 +271,7 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
-	db.adm.init(&opts)
+	db.adm = admission.New(admissionConfig(&opts))
 	var err error
 	opened := false // open ran to its end: recovery settled, the journal restarted
 	if marked, cause := db.indexMarkedCorrupt(); marked && (retry == nil || !errors.Is(cause, errIndexUnreadable)) {
@@ -758,7 +760,7 @@ func (db *DB) shut() error {
 	if db.ro != nil {
 		return db.shutReadOnly()
 	}
-	db.adm.drain()
+	db.adm.Drain()
 	close(db.stopBg)
 	// The settle loop may be inside a settle whose mark is queued for the
 	// applier: let it finish before the applier goes.
@@ -782,7 +784,7 @@ func (db *DB) shut() error {
 	}
 	// Reads in progress finish before the index and the segment files
 	// close under them; later ones are refused.
-	db.reads.drain()
+	db.reads.Drain()
 	if err == nil && db.failed.Load() == nil {
 		err = db.recordLateDamage() // found by the reads just waited for
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -102,14 +103,14 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	// it (our heads, rows, idempotency keys) before anything is admitted:
 	// the ingest holds the gate Close drains, and stops between anchors
 	// once Close has begun. It holds the read gate too, as every read does.
-	if err := db.adm.enter(); err != nil {
+	if err := db.adm.Enter(); err != nil {
 		return rep, err
 	}
-	defer db.adm.releaseGate()
-	if !db.reads.enter() {
+	defer db.adm.LeaveGate()
+	if !db.reads.Enter() {
 		return rep, errClosed
 	}
-	defer db.reads.leave()
+	defer db.reads.Leave()
 	db.ingestMu.Lock()
 	defer db.ingestMu.Unlock()
 	// Only another database is a source: checked before its lock, so a
@@ -156,7 +157,7 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		if db.adm.isClosing() {
+		if db.adm.Closing() {
 			return rep, errClosed
 		}
 		info, _, err := db.anchorInfo(s.id)
@@ -507,7 +508,7 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if db.adm.isClosing() {
+		if db.adm.Closing() {
 			return errClosed
 		}
 		f, err := db.fs.Open(sf.path)
@@ -543,7 +544,7 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 			// waiting for the end of one.
 			if n%scanCtxEvery == 0 {
 				err := ctx.Err()
-				if err == nil && db.adm.isClosing() {
+				if err == nil && db.adm.Closing() {
 					err = errClosed
 				}
 				if err != nil {
@@ -639,11 +640,11 @@ func (db *DB) sourceDamage(s *sourceAnchor, path string, err error) error {
 // be visible. What the caller stored before calling it is seen by every
 // group built after.
 func (db *DB) commitBarrier(ctx context.Context) error {
-	var c cost // nothing to append: it only holds Close off, as duplicates do
-	if err := db.adm.acquire(ctx, &c, false); err != nil {
+	var c admission.Cost // nothing to append: it only holds Close off, as duplicates do
+	if err := db.adm.Acquire(ctx, &c, false); err != nil {
 		return err
 	}
-	defer db.adm.release(&c)
+	defer db.adm.Release(&c)
 	req := newRequest()
 	db.submit(req)
 	err := req.err
@@ -665,11 +666,11 @@ func (db *DB) appendVerbatim(ctx context.Context, recs []segment.Record) error {
 	}
 	// Bounded like any append, but not rate-limited per anchor: these
 	// records were written (and limited) elsewhere.
-	c := cost{records: len(recs), bytes: bytes}
-	if err := db.adm.acquire(ctx, &c, false); err != nil {
+	c := admission.Cost{Records: len(recs), Bytes: bytes}
+	if err := db.adm.Acquire(ctx, &c, false); err != nil {
 		return err
 	}
-	defer db.adm.release(&c)
+	defer db.adm.Release(&c)
 	req := newRequest()
 	req.verbatim, req.sync = recs, !db.opts.NoSync
 	db.submit(req)

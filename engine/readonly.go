@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
@@ -97,7 +98,7 @@ func openReadOnly(dir string, opts Options) (*DB, error) {
 	}
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
-	db.adm.init(&opts)
+	db.adm = admission.New(admissionConfig(&opts))
 	fail := func(err error) (*DB, error) {
 		if db.index != nil {
 			_ = db.closeIndex()
@@ -254,7 +255,7 @@ func (db *DB) readOnlyPebble(po *pebble.Options) {
 
 // beginFiles enters the read gate for a read from the files alone.
 func (db *DB) beginFiles() error {
-	if !db.reads.enter() {
+	if !db.reads.Enter() {
 		return errClosed
 	}
 	return nil
@@ -262,8 +263,8 @@ func (db *DB) beginFiles() error {
 
 // shutReadOnly is shut for a read-only open: nothing to settle or mark.
 func (db *DB) shutReadOnly() error {
-	db.adm.drain()
-	db.reads.drain()
+	db.adm.Drain()
+	db.reads.Drain()
 	var err error
 	if db.index != nil {
 		err = db.closeIndex()
