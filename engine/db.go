@@ -19,6 +19,7 @@ import (
 	"github.com/anchordb/anchordb/engine/internal/admission"
 	"github.com/anchordb/anchordb/engine/internal/gate"
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -543,8 +544,8 @@ func (db *DB) removeLeftovers() error {
 	if err := db.fs.Remove(db.fs.PathJoin(db.dir, IndexCorruptMarker+".tmp")); err != nil && !oserrorIsNotExist(err) {
 		return errs.Wrap(errs.CodeWriteFailed, err, "remove %s.tmp", IndexCorruptMarker)
 	}
-	if err := db.fs.RemoveAll(db.fs.PathJoin(db.dir, "tmp")); err != nil && !oserrorIsNotExist(err) {
-		return errs.Wrap(errs.CodeWriteFailed, err, "remove scratch directory")
+	if err := scratch.RemoveAll(db.fs, db.dir); err != nil {
+		return err
 	}
 	if _, err := snapshot.CleanTemp(db.fs, db.SnapshotsDir()); err != nil {
 		return err

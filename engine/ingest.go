@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/engine/internal/admission"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -232,12 +233,17 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	return rep, nil
 }
 
+// ingestIdemInMemory is how many idempotency keys of one arriving log an
+// ingest's first pass holds in memory before it moves the rest to a
+// scratch store (scratch.HashSet). A variable so tests can spill.
+var ingestIdemInMemory = scratch.DefaultInMemory
+
 // checkArrival verifies the arriving log s whole and checks it against
 // ours (info): pass 1 of an ingest, for one anchor.
 func (db *DB) checkArrival(ctx context.Context, s *sourceAnchor, info AnchorInfo) error {
 	s.had = info.Records
-	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: idemSet{db: db}}
-	defer arrivals.idem.close()
+	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: scratch.NewHashSet(db.openScratch, "ingest-idem", "ingest's idempotency key store", ingestIdemInMemory)}
+	defer arrivals.idem.Close()
 	if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
 		return err
 	}
@@ -316,7 +322,7 @@ type arrivalCheck struct {
 	s    *sourceAnchor
 	had  uint64
 	last uint64
-	idem idemSet // the idempotency keys arriving
+	idem *scratch.HashSet // the idempotency keys arriving
 	err  error
 }
 
@@ -353,7 +359,7 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 		return nil
 	}
 	h := blake3.Sum256(rec.IdempotencyKey)
-	found, err := c.idem.has(h)
+	found, err := c.idem.Has(h)
 	if err != nil {
 		return err
 	}
@@ -365,7 +371,7 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 	if found {
 		return refuse(errs.CodeConflict, "anchor %q arrives with idempotency key %q at seq %d, which the anchor already used", c.s.id, rec.IdempotencyKey, rec.Seq)
 	}
-	return c.idem.add(h)
+	return c.idem.Add(h)
 }
 
 // firstPrev returns the hash the arriving log's first record links to.

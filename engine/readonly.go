@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -270,31 +269,6 @@ func (db *DB) shutReadOnly() error {
 		err = db.closeIndex()
 	}
 	return errors.Join(err, ioErr(db.files.close(), "close segments"))
-}
-
-// openScratchOutside is openScratch for a read-only open: the scratch store
-// goes to the system's temporary directory (on the OS filesystem) or to
-// memory, never under the database directory.
-func (db *DB) openScratchOutside(purpose string) (*pebble.DB, func(), error) {
-	fs, dir := vfs.FS(vfs.NewMem()), "scratch"
-	if vfs.Root(db.fs) == vfs.Default {
-		d, err := os.MkdirTemp("", "anchordb-"+purpose+"-")
-		if err != nil {
-			return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "create a scratch directory for %s", purpose)
-		}
-		fs, dir = vfs.Default, d
-	}
-	store, err := pebble.Open(dir, &pebble.Options{FS: fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
-	if err != nil {
-		if fs == vfs.Default {
-			_ = os.RemoveAll(dir)
-		}
-		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s store", purpose)
-	}
-	return store, func() {
-		_ = store.Close()
-		_ = fs.RemoveAll(dir)
-	}, nil
 }
 
 // fileAnchorIDs lists the anchors the files hold: every anchor directory
