@@ -14,6 +14,7 @@ import (
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/engine/internal/scratch"
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -550,7 +551,7 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 	tree := merkleFactory.NewEmptyRange(0)
 	var nodes, idems []kv
 	visit := func(id compact.NodeID, hash []byte) {
-		if storedNodeLevel(id.Level) {
+		if treestore.Stored(id.Level) {
 			nodes = append(nodes, kv{schema.NodeKey(ra.id, uint8(id.Level), id.Index), slices.Clone(hash)})
 		}
 	}
