@@ -104,6 +104,7 @@ func (db *DB) stageGroup(g *group) bool {
 	if g.err != nil {
 		return false
 	}
+	db.raiseStaged(g)
 	if err := g.bufferSegments(); err != nil {
 		g.err = db.fail(err)
 		return false

@@ -21,8 +21,8 @@ import (
 // The log must end at the database's own head (auditHead): a line past it
 // is not the database's (the chain has no key), and a new line chained onto
 // it would make it count. Before the line is written, which line it will be
-// is flushed to the index (schema.MetaAuditNext), so an unclean stop that loses the
-// head row still leaves the line recognisably the database's.
+// is made durable in the audit mark (auditmark.go), so an unclean stop that
+// loses the head row still leaves the line recognisably the database's.
 func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 	n, _, err := db.auditHead()
 	if err != nil {
@@ -46,10 +46,7 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 			e.File = db.AuditPath()
 			return e
 		}
-		if err := db.index.Set(schema.MetaKey(schema.MetaAuditNext), schema.AppendAuditHead(nil, next.Seq, next.Hash), pebble.NoSync); err != nil {
-			return errs.Wrap(errs.CodeWriteFailed, err, "write index meta %s", schema.MetaAuditNext)
-		}
-		return db.flushIndex()
+		return db.writeAuditMark(auditMark{seq: next.Seq, hash: next.Hash})
 	})
 	if err != nil {
 		return fmt.Errorf("audit log: %w", err)
@@ -60,11 +57,13 @@ func (db *DB) appendAudit(e snapshot.AuditEntry) error {
 }
 
 // auditHead returns how many lines of the audit log, and which last one,
-// are the database's own: the head row, or the line an append recorded it
-// was about to write, when the log holds it (an unclean stop can lose the
-// head row after the line was written). A row that cannot be read is an
-// empty head (a legacy or rebuilt index without one). A log that cannot be
-// read (IO_001) is the error.
+// are the database's own: the head row, or a line past it that an audit
+// mark names, when the log holds it with the mark's hash (an unclean stop
+// can lose head rows after their lines were written; the lines before the
+// marked one are the database's too, since each line's hash covers the
+// one before it). A row that cannot be read is an empty head (a legacy or
+// rebuilt index without one). A log that cannot be read (IO_001) is the
+// error.
 func (db *DB) auditHead() (uint64, segment.Hash, error) {
 	var n uint64
 	var h segment.Hash
@@ -73,14 +72,32 @@ func (db *DB) auditHead() (uint64, segment.Hash, error) {
 	} else if lines, last, good := schema.DecodeAuditHead(rec); ok && good {
 		n, h = lines, last
 	}
-	rec, ok, err := db.metaBytes(schema.MetaAuditNext)
-	seq, next, good := schema.DecodeAuditHead(rec)
-	if err != nil || !ok || !good || seq != n+1 {
+	marks, err := db.auditMarks()
+	if err != nil {
 		return n, h, err
+	}
+	// The index row an engine before the mark file wrote in its place.
+	rec, ok, err := db.metaBytes(schema.MetaAuditNext)
+	if err != nil {
+		return n, h, err
+	}
+	if seq, next, good := schema.DecodeAuditHead(rec); ok && good {
+		marks = append(marks, auditMark{seq: seq, hash: next})
+	}
+	marked := make(map[uint64]segment.Hash, len(marks))
+	var last uint64
+	for _, m := range marks {
+		if m.seq > n {
+			marked[m.seq] = m.hash
+			last = max(last, m.seq)
+		}
+	}
+	if len(marked) == 0 {
+		return n, h, nil
 	}
 	for entry, err := range snapshot.ReadAudit(db.fs, db.AuditPath()) {
 		if err != nil {
-			// NB: a failed read says nothing of the line recorded as
+			// NB: a failed read says nothing of the line marked as
 			// next: taken for missing, the database's own last line
 			// counted as one past its head (a verify finding, an
 			// append refused as INT_002).
@@ -89,10 +106,10 @@ func (db *DB) auditHead() (uint64, segment.Hash, error) {
 			}
 			return n, h, nil // verify reports the log
 		}
-		if entry.Seq == n+1 {
-			if entry.Hash == next {
-				return n + 1, next, nil
-			}
+		if hash, ok := marked[entry.Seq]; ok && hash == entry.Hash {
+			n, h = entry.Seq, entry.Hash
+		}
+		if entry.Seq >= last {
 			break
 		}
 	}

@@ -121,9 +121,12 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 	// The views may hold NoSync appends, which a power loss can still take
 	// away; a checkpoint kept (and published) over them would then list
 	// records the database no longer has, and it could never sign another.
-	// Sync makes every append the views hold durable before anything is
-	// signed.
-	if err := db.Sync(context.Background()); err != nil {
+	// Every record a view holds has its block in the journal, the log
+	// recovery restores from: one journal fdatasync makes them all durable
+	// before anything is signed, and none at all when no NoSync append is
+	// pending. (A settle, which writes out and fsyncs every segment, is
+	// not needed for that.)
+	if err := db.syncJournal(); err != nil {
 		return nil, nil, err
 	}
 	// NB: after the views, so the snapshot holds every tree they name.
@@ -137,16 +140,19 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 	if err != nil {
 		return nil, nil, err
 	}
-	stored, err := db.Checkpoints(ctx)
+	// Only the newest stored checkpoint matters here: the new one must
+	// extend it and takes the next number (read alone, so the cost does
+	// not grow with the checkpoints kept).
+	latest, err := db.LatestCheckpoint(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if n := len(stored); n > 0 {
-		if err := checkExtends(ctx, &stored[n-1], cp, verifierKey, consistencyProver(snap)); err != nil {
+	if latest != nil {
+		if err := checkExtends(ctx, latest, cp, verifierKey, consistencyProver(snap)); err != nil {
 			return nil, nil, err
 		}
 	}
-	name, err := db.storeCheckpoint(stored, cp, msg)
+	name, err := db.storeCheckpoint(latest, cp, msg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -215,17 +221,29 @@ func checkExtends(ctx context.Context, prev *StoredCheckpoint, cp *proof.Checkpo
 	return errs.Wrap(errs.CodeConflict, err, "the new checkpoint does not extend the latest stored one (%s)", prev.Path)
 }
 
+// syncJournal makes every block appended to the journal so far durable.
+func (db *DB) syncJournal() error {
+	w := db.flushJournal.Load()
+	if w == nil {
+		return nil
+	}
+	if err := w.Sync(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "journal fdatasync")
+	}
+	return nil
+}
+
 // storeCheckpoint writes the signed note as the next checkpoint file and
 // returns its name.
-func (db *DB) storeCheckpoint(stored []StoredCheckpoint, cp *proof.Checkpoint, msg []byte) (string, error) {
+func (db *DB) storeCheckpoint(latest *StoredCheckpoint, cp *proof.Checkpoint, msg []byte) (string, error) {
 	fs := db.fs
 	dir := fs.PathJoin(db.dir, CheckpointsDir)
 	if err := mkdirAllSynced(fs, dir); err != nil {
 		return "", errs.Wrap(errs.CodeWriteFailed, err, "create %s", dir)
 	}
 	seq := uint64(1)
-	if n := len(stored); n > 0 {
-		seq = checkpointSeq(stored[n-1].Name) + 1
+	if latest != nil {
+		seq = checkpointSeq(latest.Name) + 1
 	}
 	name := fmt.Sprintf("%016d-%s%s", seq, cp.Time.UTC().Format(checkpointTimeLayout), checkpointExt)
 	return name, writeFileAtomic(fs, dir, name, msg)
@@ -265,61 +283,101 @@ func writeFileAtomic(fs vfs.FS, dir, name string, data []byte) error {
 // Checkpoints returns the checkpoints stored in the database, oldest first.
 // A file that is not a well-formed checkpoint is listed with Err set.
 func (db *DB) Checkpoints(ctx context.Context) ([]StoredCheckpoint, error) {
-	fs := db.fs
-	dir := fs.PathJoin(db.dir, CheckpointsDir)
-	names, err := fsutil.List(fs, dir)
-	var ee *fsutil.EntryError
-	if errors.As(err, &ee) {
-		// NB: not listed (the list of a FIFO blocks): one entry that is
-		// not a checkpoint, as below, so verify reports it.
-		return []StoredCheckpoint{{Name: fs.PathBase(dir), Path: dir,
-			Err: errs.New(errs.CodeInvalidInput, "the checkpoints directory is %s", ee.What)}}, nil
+	names, dirErr, err := db.checkpointNames()
+	if dirErr != nil || err != nil {
+		return dirErr, err
 	}
-	if err != nil {
-		if oserrorIsNotExist(err) {
-			return nil, nil
-		}
-		return nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
-	}
-	slices.Sort(names)
-	var out []StoredCheckpoint
+	out := make([]StoredCheckpoint, 0, len(names))
 	for _, name := range names {
-		if !strings.HasSuffix(name, checkpointExt) {
-			continue
-		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		s := StoredCheckpoint{Name: name, Path: fs.PathJoin(dir, name)}
-		// NB: looked at before it is opened: the open of a FIFO blocks
-		// with no context, and a directory read fails as I/O (IO_001, so
-		// verify stopped, exit 2). Like a file that is not a signed note,
-		// such an entry is listed with Err: a finding.
-		if _, err := fsutil.Regular(fs, s.Path, true); err != nil {
-			if !errors.As(err, &ee) {
-				return nil, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.Path)
-			}
-			s.Err = errs.New(errs.CodeInvalidInput, "%s is %s", name, ee.What)
-			out = append(out, s)
-			continue
+		s, err := db.readStoredCheckpoint(name)
+		if err != nil {
+			return nil, err
 		}
-		if s.Note, err = readWholeFile(fs, s.Path); err != nil {
-			return nil, errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.Path)
-		}
-		s.Checkpoint, s.Err = ParseCheckpointNote(s.Note)
 		out = append(out, s)
 	}
 	return out, nil
 }
 
 // LatestCheckpoint returns the newest stored checkpoint, or nil when there
-// is none.
+// is none. It reads that one file alone: CreateCheckpoint calls it, and a
+// database that signs a checkpoint per append keeps thousands.
 func (db *DB) LatestCheckpoint(ctx context.Context) (*StoredCheckpoint, error) {
-	all, err := db.Checkpoints(ctx)
-	if err != nil || len(all) == 0 {
+	names, dirErr, err := db.checkpointNames()
+	if err != nil {
 		return nil, err
 	}
-	return &all[len(all)-1], nil
+	if dirErr != nil {
+		return &dirErr[0], nil
+	}
+	if len(names) == 0 {
+		return nil, ctx.Err()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s, err := db.readStoredCheckpoint(names[len(names)-1])
+	if err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// checkpointNames lists the checkpoint files, oldest first (their names
+// begin with their sequence number). A checkpoints directory that is not
+// a directory comes back as dirErr, one entry that is not a checkpoint, so
+// verify reports it.
+func (db *DB) checkpointNames() (names []string, dirErr []StoredCheckpoint, err error) {
+	fs := db.fs
+	dir := fs.PathJoin(db.dir, CheckpointsDir)
+	all, err := fsutil.List(fs, dir)
+	var ee *fsutil.EntryError
+	if errors.As(err, &ee) {
+		// NB: not listed (the list of a FIFO blocks).
+		return nil, []StoredCheckpoint{{Name: fs.PathBase(dir), Path: dir,
+			Err: errs.New(errs.CodeInvalidInput, "the checkpoints directory is %s", ee.What)}}, nil
+	}
+	if err != nil {
+		if oserrorIsNotExist(err) {
+			return nil, nil, nil
+		}
+		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "list %s", dir)
+	}
+	for _, name := range all {
+		if strings.HasSuffix(name, checkpointExt) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names, nil, nil
+}
+
+// readStoredCheckpoint reads and parses the checkpoint file name. A file
+// that is not a well-formed checkpoint comes back with Err set; only a
+// failure to read is an error.
+func (db *DB) readStoredCheckpoint(name string) (StoredCheckpoint, error) {
+	fs := db.fs
+	s := StoredCheckpoint{Name: name, Path: fs.PathJoin(db.dir, CheckpointsDir, name)}
+	// NB: looked at before it is opened: the open of a FIFO blocks with no
+	// context, and a directory read fails as I/O (IO_001, so verify
+	// stopped, exit 2). Like a file that is not a signed note, such an
+	// entry is listed with Err: a finding.
+	if _, err := fsutil.Regular(fs, s.Path, true); err != nil {
+		var ee *fsutil.EntryError
+		if !errors.As(err, &ee) {
+			return s, errs.Wrap(errs.CodeWriteFailed, err, "stat %s", s.Path)
+		}
+		s.Err = errs.New(errs.CodeInvalidInput, "%s is %s", name, ee.What)
+		return s, nil
+	}
+	var err error
+	if s.Note, err = readWholeFile(fs, s.Path); err != nil {
+		return s, errs.Wrap(errs.CodeWriteFailed, err, "read %s", s.Path)
+	}
+	s.Checkpoint, s.Err = ParseCheckpointNote(s.Note)
+	return s, nil
 }
 
 // ParseCheckpointNote parses the body of a signed checkpoint note without

@@ -59,6 +59,8 @@ type DB struct {
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
 	ingesting atomic.Pointer[map[string]bool]
+	// reserved holds the anchors clients reserved against Ingest (reserve.go).
+	reserved reservations
 	// reads holds Close off the index while reads use it (beginRead).
 	reads gate.Gate
 	// checkpointMu makes checkpoint creation one at a time: each must see
@@ -73,6 +75,13 @@ type DB struct {
 	// indexedUpTo is the journal position after the last group applied to
 	// the index: what the flush hook must have durable before a flush.
 	indexedUpTo struct {
+		sync.Mutex
+		pos journal.Pos
+	}
+	// stagedUpTo is the journal position after the last group whose
+	// segment bytes the applier has buffered: a buffer reaches its file
+	// only once the journal is durable up to there (segsync.go).
+	stagedUpTo struct {
 		sync.Mutex
 		pos journal.Pos
 	}

@@ -143,6 +143,9 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	}
 	db.ingesting.Store(&held)
 	defer db.ingesting.Store(nil)
+	if err := db.refuseReserved(held); err != nil {
+		return rep, err
+	}
 	if err := db.commitBarrier(ctx); err != nil {
 		return rep, err
 	}

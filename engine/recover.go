@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -175,6 +176,15 @@ func (db *DB) replayJournal() error {
 	}
 	byAnchor := make(map[string][]schema.JournalRecord)
 	var order []string
+	// A journal file that ends torn, with later files after it, lost
+	// blocks to a power loss (NoSync: nothing in it was synced, or a later
+	// sync would have synced it first). The later files' blocks are
+	// dropped whole: replayed, an anchor that lost records could not link
+	// its later ones while another anchor of the same group kept its own,
+	// and an AppendBatch would be kept in part. No segment byte or index
+	// row of theirs can be durable either (segsync.go, FlushBegin).
+	tornFile := ""
+	dropped := map[string]int{}
 	for _, gen := range gens {
 		if gen < settled.Gen {
 			continue
@@ -186,6 +196,10 @@ func (db *DB) replayJournal() error {
 		path := db.fs.PathJoin(dir, journal.FileName(gen))
 		tail, err := journal.ReadFile(db.fs, dir, gen, from, func(b journal.Block) error {
 			err := schema.DecodeJournalBlock(b.Payload, func(r schema.JournalRecord) error {
+				if tornFile != "" {
+					dropped[r.Anchor]++
+					return nil
+				}
 				r.Frame = slices.Clone(r.Frame)
 				rec, _, err := segment.ParseFrame(r.Anchor, r.Frame)
 				if err != nil {
@@ -235,6 +249,13 @@ func (db *DB) replayJournal() error {
 				Offset: tail.Pos.Off, Bytes: tail.Unread,
 				Err: errs.New(errs.CodeChainBroken, "journal ends: %s", tail.Reason)})
 		}
+		if (tail.Reason != "" || tail.Unread > 0) && tornFile == "" {
+			tornFile = path
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(dropped)) {
+		db.event(RecoveryEvent{Kind: EventJournalEnd, Anchor: id, Records: uint64(dropped[id]),
+			Err: errs.New(errs.CodeChainBroken, "journal %s lost blocks to a power loss; the %d records of anchor %q in the journal files after it are dropped, so that no group is kept in part", tornFile, dropped[id], id)})
 	}
 	for _, id := range order {
 		if err := db.replayAnchor(id, byAnchor[id]); err != nil {

@@ -116,6 +116,10 @@ func (db *DB) flushBufferLocked(a *anchor, sync ...bool) (err error) {
 			return errs.New(errs.CodeIndexMismatch, "segment %s exists but the index says it is new", path).At(a.id, 0, path, 0)
 		}
 	}
+	// Not ahead of the journal blocks of these bytes (segsync.go).
+	if err := db.syncStagedJournal(); err != nil {
+		return errs.Wrap(errs.CodeWriteFailed, err, "journal fdatasync before a segment write")
+	}
 	cf, err := db.files.acquire(path, true, sb.create)
 	if err != nil && isFDPressure(err) {
 		// The bytes are durable in the journal: wait for a descriptor

@@ -376,6 +376,11 @@ func (o *Outbox) finishBatch(ctx context.Context, outs []outcome) (errs []error)
 			continue
 		}
 		seen[oc.lease.ID] = true
+		if oc.err == nil && len(oc.result) > o.opts.MaxPayload {
+			// The delivery happened, but its result cannot be recorded: a
+			// dead letter that says why, rather than a refusal of the batch.
+			oc.err = Permanent(fmt.Errorf("the handler's result of %d bytes is over the limit of %d (Options.MaxPayload); it was not recorded", len(oc.result), o.opts.MaxPayload))
+		}
 		what := "complete"
 		if oc.err != nil {
 			what = "fail"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -62,6 +63,10 @@ type Outbox struct {
 	wopts     []engine.WriteOption
 	durable   bool
 	locks     *idLocks
+	// reservation keeps Ingest off the anchor while the Outbox is open: it
+	// is the anchor's one writer, and keeps what changed since the last
+	// flush in memory.
+	reservation *engine.AnchorReservation
 
 	// gate: every call holds it for reading while it runs; Close takes it
 	// for writing, so it waits for the calls under way.
@@ -290,7 +295,15 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 	o.st.reserved = map[string]bool{}
 	o.st.reservedRows = map[string]rowKey{}
 	o.st.ahead = map[uint64]delta{}
-	if err := o.load(ctx); err != nil {
+	res, err := db.ReserveAnchor(o.anchor, fmt.Sprintf("outbox %q", name))
+	if err == nil {
+		o.reservation = res
+		err = o.load(ctx)
+	}
+	if err != nil {
+		if o.reservation != nil {
+			o.reservation.Release()
+		}
 		registry.Lock()
 		delete(registry.m, rk)
 		registry.Unlock()
@@ -334,6 +347,7 @@ func (o *Outbox) Close() error {
 	if !o.opts.ReadOnly {
 		err = o.flush(context.Background())
 	}
+	o.reservation.Release()
 	registry.Lock()
 	delete(registry.m, registryKey{o.db, o.name})
 	registry.Unlock()

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -164,32 +163,33 @@ func ParsePolicy(data []byte) (Policy, error) {
 	p := DefaultPolicy()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	err := readObject(dec, "", func(key string) error {
+	r := jsonobj.Reader{Dec: dec, What: "retry policy"}
+	err := r.Object("", func(key string) error {
 		var err error
 		switch key {
 		case "version":
-			p.Version, err = readString(dec, key)
+			p.Version, err = r.String(key)
 		case "max_attempts":
-			p.MaxAttempts, err = readInt(dec, key)
+			p.MaxAttempts, err = r.Int(key)
 		case "backoff":
-			err = readObject(dec, "backoff.", func(key string) error {
+			err = r.Object("backoff.", func(key string) error {
 				var err error
 				switch key {
 				case "base_ms":
-					p.Backoff.BaseMS, err = readInt(dec, "backoff."+key)
+					p.Backoff.BaseMS, err = r.Int("backoff." + key)
 				case "multiplier":
-					p.Backoff.Multiplier, err = readFloat(dec, "backoff."+key)
+					p.Backoff.Multiplier, err = r.Float("backoff." + key)
 				case "cap_ms":
-					p.Backoff.CapMS, err = readInt(dec, "backoff."+key)
+					p.Backoff.CapMS, err = r.Int("backoff." + key)
 				default:
-					err = unknownField("backoff." + key)
+					err = r.UnknownField("backoff." + key)
 				}
 				return err
 			})
 		case "jitter":
-			p.Jitter, err = readFloat(dec, key)
+			p.Jitter, err = r.Float(key)
 		default:
-			err = unknownField(key)
+			err = r.UnknownField(key)
 		}
 		return err
 	})
@@ -203,78 +203,4 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	return p, nil
-}
-
-func unknownField(path string) error {
-	return errs.New(errs.CodeInvalidInput, "retry policy: unknown field %q", path)
-}
-
-func syntaxErr(err error) error {
-	return errs.Wrap(errs.CodeInvalidInput, err, "retry policy: malformed JSON")
-}
-
-// readObject reads one JSON object, calling field for each key with the
-// decoder positioned at its value. Repeated keys are refused.
-func readObject(dec *json.Decoder, path string, field func(key string) error) error {
-	err := jsonobj.Fields(dec, field)
-	var coded *errs.Error
-	var notObject *jsonobj.NotObjectError
-	var dup *jsonobj.DuplicateKeyError
-	switch {
-	case err == nil, errors.As(err, &coded):
-		return err
-	case errors.As(err, &notObject):
-		where := "the policy"
-		if path != "" {
-			where = fmt.Sprintf("%q", path[:len(path)-1])
-		}
-		return errs.New(errs.CodeInvalidInput, "retry policy: %s must be an object, not %s", where, jsonobj.Describe(notObject.Got))
-	case errors.As(err, &dup):
-		return errs.New(errs.CodeInvalidInput, "retry policy: field %q appears twice", path+dup.Key)
-	}
-	return syntaxErr(err)
-}
-
-func readString(dec *json.Decoder, path string) (string, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return "", syntaxErr(err)
-	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", errs.New(errs.CodeInvalidInput, "retry policy: %q must be a string, not %s", path, jsonobj.Describe(tok))
-	}
-	return s, nil
-}
-
-func readInt(dec *json.Decoder, path string) (int64, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return 0, syntaxErr(err)
-	}
-	n, ok := tok.(json.Number)
-	if !ok {
-		return 0, errs.New(errs.CodeInvalidInput, "retry policy: %q must be an integer, not %s", path, jsonobj.Describe(tok))
-	}
-	v, err := strconv.ParseInt(n.String(), 10, 64)
-	if err != nil {
-		return 0, errs.New(errs.CodeInvalidInput, "retry policy: %q is %s, not an integer in range", path, n)
-	}
-	return v, nil
-}
-
-func readFloat(dec *json.Decoder, path string) (float64, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return 0, syntaxErr(err)
-	}
-	n, ok := tok.(json.Number)
-	if !ok {
-		return 0, errs.New(errs.CodeInvalidInput, "retry policy: %q must be a number, not %s", path, jsonobj.Describe(tok))
-	}
-	v, err := strconv.ParseFloat(n.String(), 64)
-	if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, errs.New(errs.CodeInvalidInput, "retry policy: %q is %s, not a number in range", path, n)
-	}
-	return v, nil
 }

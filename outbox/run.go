@@ -16,9 +16,10 @@ import (
 )
 
 // Handler delivers one entry. It returns the result to record with the
-// completion, or an error: the attempt failed, and is retried under the
-// retry policy unless the error is marked Permanent (or it was the last
-// attempt). ctx ends when Run stops or when the entry's lease is lost (a
+// completion (at most Options.MaxPayload bytes: a larger one cannot be
+// recorded, and fails the attempt permanently, saying so), or an error:
+// the attempt failed, and is retried under the retry policy unless the
+// error is marked Permanent (or it was the last attempt). ctx ends when Run stops or when the entry's lease is lost (a
 // renewal was refused: another claim took it over); the handler should
 // then return soon. A handler that panics fails the attempt.
 type Handler func(ctx context.Context, e Entry) (result []byte, err error)
@@ -236,6 +237,12 @@ func (r *runner) dispatch() {
 			j := &job{e: es[i], lease: *es[i].Lease}
 			j.ctx, j.cancel = context.WithCancel(r.ctx)
 			r.mu.Lock()
+			if prev := r.held[j.lease.ID]; prev != nil {
+				// This run held the entry under a lease that expired, and
+				// has claimed it again: the earlier lease is lost.
+				prev.lost.Store(true)
+				prev.cancel()
+			}
 			r.held[j.lease.ID] = j
 			r.mu.Unlock()
 			r.jobs <- j // room for every held job
@@ -315,7 +322,10 @@ func (r *runner) finish() {
 		}
 		r.mu.Lock()
 		for _, j := range batch {
-			delete(r.held, j.lease.ID)
+			// Not a later claim of the same entry, which may be running.
+			if r.held[j.lease.ID] == j {
+				delete(r.held, j.lease.ID)
+			}
 		}
 		r.mu.Unlock()
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,6 +137,105 @@ func TestRunStopsAndLeaseComesBack(t *testing.T) {
 	}
 	if _, err := ob.Complete(ctx, *cs[0].Lease, nil); err != nil {
 		t.Fatal(err)
+	}
+	mustVerify(t, ob)
+}
+
+// TestRunOutcomeOfALostLeaseKeepsTheNewClaim: when a Run claims an entry
+// again whose earlier lease it still holds (the lease expired while its
+// handler ran), the earlier job is lost — its handler's context ends —
+// and its outcome must not take the new claim out of what Run holds:
+// that one is still running, and its lease must be renewed.
+func TestRunOutcomeOfALostLeaseKeepsTheNewClaim(t *testing.T) {
+	ctx := context.Background()
+	ob, _, clk := testOutbox(t, Options{})
+	if _, err := ob.Enqueue(ctx, Message{ID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ob.Claim(ctx, "run", 1, time.Minute)
+	if err != nil || len(first) != 1 {
+		t.Fatal(first, err)
+	}
+	ro := RunOptions{Workers: 1, Batch: 1, LeaseTTL: time.Minute, PollInterval: time.Millisecond, Worker: "run"}
+	r := &runner{o: ob, ro: ro, held: map[string]*job{}, jobs: make(chan *job, 3), outcomes: make(chan *job, 1), freed: make(chan struct{}, 1)}
+	r.ctx, r.stop = context.WithCancel(ctx)
+	old := &job{e: first[0], lease: *first[0].Lease}
+	old.ctx, old.cancel = context.WithCancel(r.ctx)
+	r.held["x"] = old
+	clk.Add(time.Hour) // the lease expires while the handler runs
+	dispatched := make(chan struct{})
+	go func() { r.dispatch(); close(dispatched) }()
+	cur := <-r.jobs
+	r.stop()
+	<-dispatched
+	if cur.lease.Token <= old.lease.Token {
+		t.Fatalf("the second claim's lease %d, the first's %d", cur.lease.Token, old.lease.Token)
+	}
+	if !old.lost.Load() || old.ctx.Err() == nil {
+		t.Fatalf("the job under the expired lease %d goes on after the run claimed its entry again", old.lease.Token)
+	}
+	// Its handler returns (a success, late): the outcome is dropped, and
+	// the new claim stays held.
+	r.outcomes <- old
+	close(r.outcomes)
+	r.finish()
+	if r.held["x"] != cur {
+		t.Fatalf("the outcome of lease %d took the claim under lease %d out of the held jobs", old.lease.Token, cur.lease.Token)
+	}
+	if e, _, _ := ob.Get(ctx, "x"); e.State != StateInflight || e.Lease.Token != cur.lease.Token {
+		t.Fatalf("entry after the old outcome: %s under lease %v", e.State, e.Lease)
+	}
+}
+
+// TestRunRecordsAnOversizeResultAsAFailure: a handler whose result is over
+// the outbox's MaxPayload cannot have it recorded. Its attempt fails,
+// permanently and saying why; the outcomes recorded with it in the same
+// batch are recorded; and Run goes on.
+func TestRunRecordsAnOversizeResultAsAFailure(t *testing.T) {
+	ctx := context.Background()
+	ob, _, _ := testOutbox(t, Options{Clock: time.Now, MaxPayload: 1024})
+	const n = 40
+	for i := range n {
+		if _, err := ob.Enqueue(ctx, Message{ID: fmt.Sprintf("m%02d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- ob.Run(runCtx, func(_ context.Context, e Entry) ([]byte, error) {
+			if e.ID == "m07" {
+				return make([]byte, 4096), nil
+			}
+			return []byte("ok"), nil
+		}, RunOptions{Workers: 4, LeaseTTL: time.Minute, PollInterval: time.Millisecond})
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := ob.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Done+st.Dead == n {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned while entries were left (%+v): %v", st, err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not delivered: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	e, _, _ := ob.Get(ctx, "m07")
+	if e.State != StateDead || e.LastError == nil || !e.LastError.Permanent || !strings.Contains(e.LastError.Message, "over the limit") {
+		t.Fatalf("the entry whose result was too large: %s after %d attempts, last error %+v", e.State, e.Attempts, e.LastError)
 	}
 	mustVerify(t, ob)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"strconv"
@@ -148,34 +147,35 @@ func ParsePolicy(data []byte) (Policy, error) {
 	p := DefaultPolicy()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	err := readObject(dec, "", func(key string) error {
+	r := jsonobj.Reader{Dec: dec, What: "policy"}
+	err := r.Object("", func(key string) error {
 		var err error
 		switch key {
 		case "version":
-			p.Version, err = readString(dec, key)
+			p.Version, err = r.String(key)
 		case "snapshot":
-			err = readObject(dec, "snapshot.", func(key string) error {
+			err = r.Object("snapshot.", func(key string) error {
 				var err error
 				switch key {
 				case "every_records":
-					p.Snapshot.EveryRecords, err = readInt(dec, "snapshot."+key)
+					p.Snapshot.EveryRecords, err = r.Int("snapshot." + key)
 				case "every_seconds":
-					p.Snapshot.EverySeconds, err = readInt(dec, "snapshot."+key)
+					p.Snapshot.EverySeconds, err = r.Int("snapshot." + key)
 				case "every_bytes":
-					p.Snapshot.EveryBytes, err = readInt(dec, "snapshot."+key)
+					p.Snapshot.EveryBytes, err = r.Int("snapshot." + key)
 				default:
-					err = unknownField("snapshot." + key)
+					err = r.UnknownField("snapshot." + key)
 				}
 				return err
 			})
 		case "keep_snapshots":
-			p.KeepSnapshots, err = readInt(dec, key)
+			p.KeepSnapshots, err = r.Int(key)
 		case "raw_log":
-			p.RawLog, err = readString(dec, key)
+			p.RawLog, err = r.String(key)
 		case "verify_before_delete":
-			p.VerifyBeforeDelete, err = readBool(dec, key)
+			p.VerifyBeforeDelete, err = r.Bool(key)
 		default:
-			err = unknownField(key)
+			err = r.UnknownField(key)
 		}
 		return err
 	})
@@ -189,74 +189,4 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	return p, nil
-}
-
-func unknownField(path string) error {
-	return errs.New(errs.CodeInvalidInput, "policy: unknown field %q", path)
-}
-
-func syntaxErr(err error) error {
-	return errs.Wrap(errs.CodeInvalidInput, err, "policy: malformed JSON")
-}
-
-// readObject reads one JSON object, calling field for each key with the
-// decoder positioned at its value. Repeated keys are refused.
-func readObject(dec *json.Decoder, path string, field func(key string) error) error {
-	err := jsonobj.Fields(dec, field)
-	var coded *errs.Error
-	var notObject *jsonobj.NotObjectError
-	var dup *jsonobj.DuplicateKeyError
-	switch {
-	case err == nil, errors.As(err, &coded): // field's own error
-		return err
-	case errors.As(err, &notObject):
-		where := "the policy"
-		if path != "" {
-			where = fmt.Sprintf("%q", path[:len(path)-1])
-		}
-		return errs.New(errs.CodeInvalidInput, "policy: %s must be an object, not %s", where, jsonobj.Describe(notObject.Got))
-	case errors.As(err, &dup):
-		return errs.New(errs.CodeInvalidInput, "policy: field %q appears twice", path+dup.Key)
-	}
-	return syntaxErr(err)
-}
-
-func readString(dec *json.Decoder, path string) (string, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return "", syntaxErr(err)
-	}
-	s, ok := tok.(string)
-	if !ok {
-		return "", errs.New(errs.CodeInvalidInput, "policy: %q must be a string, not %s", path, jsonobj.Describe(tok))
-	}
-	return s, nil
-}
-
-func readBool(dec *json.Decoder, path string) (bool, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return false, syntaxErr(err)
-	}
-	b, ok := tok.(bool)
-	if !ok {
-		return false, errs.New(errs.CodeInvalidInput, "policy: %q must be true or false, not %s", path, jsonobj.Describe(tok))
-	}
-	return b, nil
-}
-
-func readInt(dec *json.Decoder, path string) (int64, error) {
-	tok, err := dec.Token()
-	if err != nil {
-		return 0, syntaxErr(err)
-	}
-	n, ok := tok.(json.Number)
-	if !ok {
-		return 0, errs.New(errs.CodeInvalidInput, "policy: %q must be an integer, not %s", path, jsonobj.Describe(tok))
-	}
-	v, err := strconv.ParseInt(n.String(), 10, 64)
-	if err != nil {
-		return 0, errs.New(errs.CodeInvalidInput, "policy: %q is %s, not an integer in range", path, n)
-	}
-	return v, nil
 }

@@ -20,15 +20,19 @@ values and durability (acknowledged after fsync):
   batch-sync     durable batches of --batch records
   nosync-append  one writer, records acknowledged once they reached the OS
   get            point reads of every loaded key, in a fixed random order
+  get-flushed    the same, after each system flushed its memtables to disk
   history        every version of a key (8 per key), newest first
   merge          every record in the deterministic merged order
   verify         a full verification of every record
   snapshot       a durable snapshot of the state
+  proof          time to proof: append a record, sign a checkpoint, prove it
+  space          bytes on disk per record once loaded and settled
 
-Systems: anchordb, Pebble (Set with pebble.Sync; versions as key suffixes), a plain file
-with fdatasync (the physical floor of the appends) and 'floor', the compute floor of
-merge, verify and snapshot (the same records in memory: sort only, BLAKE3 only, zstd
-only). A system without a workload's capability is listed as skipped. Prints a table
+Systems: anchordb; Pebble (Set with pebble.Sync; versions as key suffixes) with the
+options anchordb's index runs with, and again as it comes ('pebble-default'); a plain
+file with fdatasync (the physical floor of the appends; for proof, one write and
+fdatasync) and 'floor', the compute floor of merge, verify and snapshot (the same
+records in memory: sort only, BLAKE3 only, zstd only). A system without a workload's capability is listed as skipped. Prints a table
 with every system's records/s, p50/p99/p999 latency, bytes on disk and peak heap, and
 anchordb's throughput as a ratio to each peer; --out DIR also writes results.json,
 results.txt and one SVG chart per workload. Needs no database (--dir is ignored).

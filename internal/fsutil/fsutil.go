@@ -117,12 +117,19 @@ func underNonDir(path string, err error) error {
 }
 
 // Open opens path for reading once Regular(fs, path, listed) has found it a
-// regular file: never a FIFO, whose open would block.
+// regular file: never a FIFO, whose open would block. A listed path removed
+// between the Stat and the open is Dangling, as one removed before the Stat
+// is: a reader beside a writer meets both (a truncation removes a segment
+// the reader listed).
 func Open(fs vfs.FS, path string, listed bool) (vfs.File, error) {
 	if _, err := Regular(fs, path, listed); err != nil {
 		return nil, err
 	}
-	return fs.Open(path)
+	f, err := fs.Open(path)
+	if err != nil && listed && isNotExist(err) {
+		return nil, &EntryError{Path: path, What: Dangling}
+	}
+	return f, err
 }
 
 // Dir returns nil when dir is a directory (or a symbolic link to one), an

@@ -29,7 +29,7 @@ const module = "github.com/anchordb/anchordb/"
 var layers = map[string][]string{
 	"internal/errs":             nil,
 	"internal/invariants":       nil,
-	"internal/jsonobj":          nil,
+	"internal/jsonobj":          {"internal/errs"},
 	"internal/fsutil":           nil,
 	"internal/humanize":         nil,
 	"internal/journal":          {"internal/errs", "internal/fsutil"},

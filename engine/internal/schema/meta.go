@@ -23,9 +23,11 @@ const (
 	MetaClock   = "clock"   // u64: the Lamport clock
 	MetaSettled = "settled" // a journal position (internal/journal's Pos encoding): segments hold everything before it durably
 	MetaAudit   = "audit"   // AuditHead: lines ‖ hash of the last: the audit log's head
-	// MetaAuditNext is the line an append is about to write (AuditHead:
-	// u64 seq ‖ hash), durable before the line is: after an unclean stop
-	// that lost the head row, a line matching it is the database's own.
+	// MetaAuditNext is the line an append was about to write (AuditHead:
+	// u64 seq ‖ hash), as engines before 48cca40 (2026-11-29) made it durable
+	// before the line: a line matching it is the database's own. The
+	// engine reads it still; it writes its marks to a file of their own
+	// (engine/auditmark.go).
 	MetaAuditNext = "audit_next"
 	// MetaDamaged is present once some anchor's 'a' row holds damage: Open
 	// then names every damaged anchor without a scan of the 'a' rows on
