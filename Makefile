@@ -29,7 +29,7 @@ test-plain:
 ## test-race: the concurrent packages under the race detector, with the
 ## exhaustive tests stepping over points the plain pass visits (-short).
 test-race:
-	$(GO) test -count=1 -race -short -timeout 30m ./engine/ ./segment/ ./internal/journal/ ./outbox/
+	$(GO) test -count=1 -race -short -timeout 30m ./engine/... ./segment/ ./internal/journal/ ./outbox/
 
 conformance: build
 	@command -v jq >/dev/null || { echo "conformance needs jq"; exit 1; }

@@ -37,7 +37,7 @@ func slowSyncFS(fs vfs.FS, d time.Duration) vfs.FS {
 func waitInFlight(t *testing.T, db *DB) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for n, _ := db.adm.inFlight(); n == 0; n, _ = db.adm.inFlight() {
+	for n, _ := db.adm.InFlight(); n == 0; n, _ = db.adm.InFlight() {
 		if time.Now().After(deadline) {
 			t.Fatal("no append was ever in flight")
 		}
@@ -125,7 +125,7 @@ func TestAdmissionLoad(t *testing.T) {
 	if got := db.Metrics().Refusals.QueueFull; got != uint64(refused) {
 		t.Fatalf("stats count %d CAP_002 refusals, the callers saw %d", got, refused)
 	}
-	if n, b := db.adm.inFlight(); n != 0 || b != 0 {
+	if n, b := db.adm.InFlight(); n != 0 || b != 0 {
 		t.Fatalf("%d records, %d bytes still in flight after every append returned", n, b)
 	}
 	if err := db.Close(); err != nil {
@@ -247,7 +247,7 @@ func TestRateLimitSaturatedRetryIsFree(t *testing.T) {
 	if !errors.Is(err, ErrRateLimited) || !errors.As(err, &re) || re.Anchor != "dev" || re.RetryAfter <= 0 || re.RetryAfter > 100*time.Millisecond {
 		t.Fatalf("append beyond the burst: %v, want CAP_003 with a RetryAfter of at most 100ms", err)
 	}
-	before, tokens := db.Metrics(), db.adm.tokens("dev")
+	before, tokens := db.Metrics(), db.adm.Tokens("dev")
 	for i := 0; i < 5; i++ {
 		r, err := put("k0", "op-0")
 		if err != nil || !r.Duplicate || r.Seq != first.Seq || r.Hash != first.Hash {
@@ -255,8 +255,8 @@ func TestRateLimitSaturatedRetryIsFree(t *testing.T) {
 		}
 	}
 	after := db.Metrics()
-	if after.Refusals != before.Refusals || after.Records != before.Records || after.Groups != before.Groups || db.adm.tokens("dev") > tokens+0.01 {
-		t.Fatalf("retries moved the counters: before %+v (tokens %.2f), after %+v (tokens %.2f)", before, tokens, after, db.adm.tokens("dev"))
+	if after.Refusals != before.Refusals || after.Records != before.Records || after.Groups != before.Groups || db.adm.Tokens("dev") > tokens+0.01 {
+		t.Fatalf("retries moved the counters: before %+v (tokens %.2f), after %+v (tokens %.2f)", before, tokens, after, db.adm.Tokens("dev"))
 	}
 	if after.Duplicates != before.Duplicates+5 {
 		t.Fatalf("duplicates counted %d, want %d", after.Duplicates, before.Duplicates+5)
@@ -285,7 +285,7 @@ func TestConcurrentSameNewKey(t *testing.T) {
 			defer db.Close()
 			ctx := context.Background()
 			for round := 0; round < 20; round++ {
-				tokens := db.adm.tokens("dev")
+				tokens := db.adm.Tokens("dev")
 				var wg sync.WaitGroup
 				rs := make([]Receipt, 2)
 				es := make([]error, 2)
@@ -318,7 +318,7 @@ func TestConcurrentSameNewKey(t *testing.T) {
 				if appended != 1 || (samePayload && dup != 1) || (!samePayload && conflict != 1) {
 					t.Fatalf("round %d: %d appended, %d duplicates, %d conflicts", round, appended, dup, conflict)
 				}
-				if got := db.adm.tokens("dev"); got < tokens-1.01 || got > tokens-0.99 {
+				if got := db.adm.Tokens("dev"); got < tokens-1.01 || got > tokens-0.99 {
 					t.Fatalf("round %d: tokens went from %.2f to %.2f, want one taken", round, tokens, got)
 				}
 			}
@@ -508,4 +508,73 @@ func TestEndedContextAtTheBoundIsACapacityRefusal(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A rate-limit refusal carries the capacity state like the bound refusals
+// (DESIGN.md, "Admission": every refusal does); a CAP_003 with zero bounds
+// would have the CLI leave them out of its JSON.
+func TestRateLimitRefusalCarriesCapacityState(t *testing.T) {
+	clk := newFakeClock()
+	db := mustOpen(t, vfs.NewMem(), Options{AnchorRate: 1, AnchorBurst: 1, Clock: clk.now})
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.Put(ctx, "dev", []byte("k1"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := db.Put(ctx, "dev", []byte("k2"), []byte("v"))
+	var re *RefusalError
+	if !errors.As(err, &re) || re.Code != errs.CodeRateLimited || re.Reason != "rate_limited" {
+		t.Fatalf("append beyond the burst: %v, want CAP_003 rate_limited", err)
+	}
+	if re.MaxRecords != 1<<16 || re.MaxBytes != 256<<20 || re.InFlightRecords != 0 || re.InFlightBytes != 0 {
+		t.Fatalf("CAP_003 without the capacity state: %#v", re)
+	}
+}
+
+// A clock that steps back (Options.Clock need not be monotonic: a wall
+// clock corrected by NTP) counts as no time passing, and the bucket refills
+// from the new time. Refilling only once the clock came back to where it
+// had been would refuse the anchor for an hour after a step back of an
+// hour, each time with a RetryAfter of 100 ms.
+func TestRateLimitClockSteppingBack(t *testing.T) {
+	clk := newFakeClock()
+	db := mustOpen(t, vfs.NewMem(), Options{AnchorRate: 10, AnchorBurst: 1, Clock: clk.now})
+	defer db.Close()
+	ctx := context.Background()
+	if _, err := db.Put(ctx, "dev", []byte("k1"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(-time.Hour)
+	_, err := db.Put(ctx, "dev", []byte("k2"), []byte("v"))
+	var re *RefusalError
+	if !errors.As(err, &re) || re.Code != errs.CodeRateLimited || re.RetryAfter > 101*time.Millisecond {
+		t.Fatalf("append right after the clock stepped back: %v, want CAP_003 with a RetryAfter of about 100ms", err)
+	}
+	clk.advance(re.RetryAfter)
+	if _, err := db.Put(ctx, "dev", []byte("k2"), []byte("v")); err != nil {
+		t.Fatalf("append after the RetryAfter %v: %v", re.RetryAfter, err)
+	}
+	if got := db.adm.Tokens("dev"); got < -1e-9 || got > 1 {
+		t.Fatalf("%.9f tokens after the append, want about 0", got)
+	}
+}
+
+// Limits that let one record exceed what one append may carry
+// (MaxBatchBytes) are refused at Open, naming both: Validate allows values
+// up to the format's 512 MiB, and a 300 MiB value limit taken at Open
+// would fail every append at it against another limit.
+func TestLimitsAboveOneAppendAreRefusedAtOpen(t *testing.T) {
+	over := segment.Limits{MaxKey: 1 << 10, MaxValue: 300 << 20, MaxIdempotencyKey: 256}
+	_, err := Open("db", Options{FS: vfs.NewMem(), Limits: over})
+	if CodeOf(err) != errs.CodeInvalidInput || !strings.Contains(err.Error(), "314572800") || !strings.Contains(err.Error(), fmt.Sprint(MaxBatchBytes)) {
+		t.Fatalf("open with a 300 MiB value limit: %v, want INPUT_001 naming the value limit and %d", err, MaxBatchBytes)
+	}
+	// Exactly at the bound is fine.
+	at := segment.Limits{MaxKey: 1 << 10, MaxIdempotencyKey: 256}
+	at.MaxValue = MaxBatchBytes - at.MaxKey - at.MaxIdempotencyKey - RecordOverhead
+	db, err := Open("db", Options{FS: vfs.NewMem(), Limits: at})
+	if err != nil {
+		t.Fatalf("open with limits exactly at one append: %v", err)
+	}
+	db.Close()
 }

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -175,7 +177,7 @@ func (db *DB) loadAnchor(id string) (*anchor, error) {
 		segment.AppendHeader(nil, &h)
 		a.segHeader = h.Checksum
 	}
-	tree, err := db.loadTree(id, a.head)
+	tree, err := treestore.Load(context.Background(), db.index, id, a.head)
 	if err != nil {
 		return nil, err
 	}

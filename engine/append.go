@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
@@ -157,22 +158,22 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	if err != nil || done {
 		return rs, err
 	}
-	if c.records > 0 {
+	if c.Records > 0 {
 		// A segment write waiting for a file descriptor: refused now,
 		// retryable, rather than queued behind it (fdbudget.go).
 		if err := db.fdRefusal(); err != nil {
 			return nil, err
 		}
 	}
-	if err := db.adm.acquire(ctx, &c, db.opts.RefuseWhenFull); err != nil {
+	if err := db.adm.Acquire(ctx, &c, db.opts.RefuseWhenFull); err != nil {
 		return nil, err
 	}
-	defer db.adm.release(&c)
+	defer db.adm.Release(&c)
 	// A caller that gave up (Ctrl-C in the CLI) must not have its append
 	// made anyway because admission had room and did not wait. (When it
 	// had to wait, acquire itself refuses with CAP_001 or CAP_002.)
 	if err := ctx.Err(); err != nil {
-		db.adm.returnTokens(c.anchors)
+		db.adm.ReturnTokens(c.Anchors)
 		return nil, err
 	}
 
@@ -182,7 +183,7 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 	rs, err = req.receipts, req.err
 	freeRequest(req)
 	if err != nil {
-		db.adm.returnTokens(c.anchors)
+		db.adm.ReturnTokens(c.Anchors)
 		return nil, err
 	}
 	db.refundDuplicates(entries, rs, &c)
@@ -199,11 +200,11 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 // not, and a durable receipt must name a durable record (SPEC §3). Else the
 // duplicates, which cost nothing, go through a commit group, whose fsync
 // covers the original's block.
-func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, done bool, rs []Receipt, err error) {
-	if db.adm.disabled {
-		return cost{records: len(entries), bytes: bytes}, false, nil, nil
+func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c admission.Cost, done bool, rs []Receipt, err error) {
+	if db.adm.Disabled() {
+		return admission.Cost{Records: len(entries), Bytes: bytes}, false, nil, nil
 	}
-	c = cost{records: len(entries), bytes: bytes, anchors: make(map[string]int, 1)}
+	c = admission.Cost{Records: len(entries), Bytes: bytes, Anchors: make(map[string]int, 1)}
 	dups := 0
 	for i := range entries {
 		e := &entries[i]
@@ -225,18 +226,18 @@ func (db *DB) admissionCost(entries []Entry, bytes int64, sync bool) (c cost, do
 					if !pending {
 						rs = append(rs, rc)
 					}
-					if c.free == nil {
-						c.free = make([]bool, len(entries))
+					if c.Free == nil {
+						c.Free = make([]bool, len(entries))
 					}
-					c.free[i] = true
+					c.Free[i] = true
 					dups++
-					c.records--
-					c.bytes -= int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)
+					c.Records--
+					c.Bytes -= int64(len(e.Key) + len(e.Value) + len(e.IdempotencyKey) + RecordOverhead)
 					continue
 				}
 			}
 		}
-		c.anchors[e.Anchor]++
+		c.Anchors[e.Anchor]++
 	}
 	if dups == len(entries) && len(rs) == len(entries) && (!sync || db.journal.WrittenSynced()) {
 		db.metrics.duplicates.Add(uint64(dups))
@@ -265,10 +266,10 @@ func (db *DB) knownIdem(anchor string, key []byte) (e schema.Idem, found, pendin
 	}
 	// A read of the index, which Close waits for before it closes it: the
 	// append is not admitted yet, so admission's gate does not hold Close.
-	if !db.reads.enter() {
+	if !db.reads.Enter() {
 		return e, false, false, errClosed
 	}
-	defer db.reads.leave()
+	defer db.reads.Leave()
 	e, found, err = db.lookupIdem(anchor, key)
 	return e, found, false, err
 }
@@ -297,7 +298,7 @@ func (db *DB) IdempotencyReceipt(ctx context.Context, anchor string, key []byte)
 // refundDuplicates returns the rate-limit tokens of entries the commit found
 // to be duplicates of a concurrent append with the same new key: budget is
 // consumed once per record appended.
-func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *cost) {
+func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *admission.Cost) {
 	n := 0
 	for i := range rs {
 		if rs[i].Duplicate {
@@ -308,19 +309,19 @@ func (db *DB) refundDuplicates(entries []Entry, rs []Receipt, c *cost) {
 		return
 	}
 	db.metrics.duplicates.Add(uint64(n))
-	if db.adm.rate <= 0 {
+	if !db.adm.RateLimited() {
 		return
 	}
 	var back map[string]int
 	for i := range rs {
-		if rs[i].Duplicate && (c.free == nil || !c.free[i]) {
+		if rs[i].Duplicate && (c.Free == nil || !c.Free[i]) {
 			if back == nil {
 				back = map[string]int{}
 			}
 			back[entries[i].Anchor]++
 		}
 	}
-	db.adm.returnTokens(back)
+	db.adm.ReturnTokens(back)
 }
 
 // writable returns why the database takes no writes, or nil.
@@ -337,7 +338,9 @@ func (db *DB) writable() error {
 	return nil
 }
 
-var errClosed = errs.New(errs.CodeWriteFailed, "database is closed")
+// errClosed refuses a call made once Close has begun. It is admission's
+// own value, so errors.Is matches it whichever part of the engine refused.
+var errClosed = admission.ErrClosed
 
 // The range of a record time, int64 Unix nanoseconds.
 var (

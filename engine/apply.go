@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/invariants"
 	"github.com/anchordb/anchordb/segment"
@@ -160,7 +161,7 @@ func (g *group) extendTrees() {
 			continue
 		}
 		p.tree = cloneRange(p.a)
-		visit := treeAppender{batch: g.batch, anchor: p.a.id}.visit
+		visit := treestore.Visitor(g.batch, p.a.id)
 		for _, h := range p.leaves {
 			leaf := segment.LeafHash(h)
 			_ = p.tree.Append(leaf[:], visit)

@@ -197,7 +197,7 @@ func TestIngestRacingCloseDoesNotReadClosedIndex(t *testing.T) {
 			defer close(closed)
 			closeErr = dst.Close()
 		}()
-		for !dst.adm.isClosing() {
+		for !dst.adm.Closing() {
 			time.Sleep(time.Millisecond)
 		}
 		select {

@@ -35,7 +35,7 @@ func TestVerifyRacingCloseFindsNoDamage(t *testing.T) {
 	db.testVerifyPrepared = func() {
 		// A call Close must wait for before it settles (an append, a
 		// compaction), then Close.
-		if err := db.adm.enter(); err != nil {
+		if err := db.adm.Enter(); err != nil {
 			t.Error(err)
 			return
 		}
@@ -45,7 +45,7 @@ func TestVerifyRacingCloseFindsNoDamage(t *testing.T) {
 		}
 	}
 	rep, err := db.Verify(ctx, VerifyOptions{SkipSnapshots: true})
-	db.adm.releaseGate()
+	db.adm.LeaveGate()
 	if err := <-closed; err != nil {
 		t.Fatalf("close: %v", err)
 	}

@@ -88,10 +88,10 @@ func (db *DB) Compact(ctx context.Context, policy snapshot.Policy, opts CompactO
 	}
 	// A compaction settles through group commit and writes the index:
 	// Close waits for it, as for an append, and then for its reads.
-	if err := db.adm.enter(); err != nil {
+	if err := db.adm.Enter(); err != nil {
 		return res, err
 	}
-	defer db.adm.releaseGate()
+	defer db.adm.LeaveGate()
 	if err := db.beginRead(ctx); err != nil {
 		return res, err
 	}

@@ -262,7 +262,7 @@ func TestDamageFoundWhileClosingIsKept(t *testing.T) {
 			// The loop holds the read gate: Close settles, stops the
 			// applier, then waits for it.
 			go func() { closed <- db.Close() }()
-			for !db.reads.isClosing() {
+			for !db.reads.Closing() {
 				time.Sleep(time.Millisecond)
 			}
 		}

@@ -16,7 +16,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
+	"github.com/anchordb/anchordb/engine/internal/gate"
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/internal/journal"
@@ -58,8 +61,8 @@ type DB struct {
 	ingesting atomic.Pointer[map[string]bool]
 	// reserved holds the anchors clients reserved against Ingest (reserve.go).
 	reserved reservations
-	// reads holds Close off the index while reads use it (closegate.go).
-	reads closeGate
+	// reads holds Close off the index while reads use it (beginRead).
+	reads gate.Gate
 	// checkpointMu makes checkpoint creation one at a time: each must see
 	// the one before it (it was one lock for the whole process, held across
 	// a settle's fsyncs since checkpoints sign only durable records).
@@ -101,7 +104,7 @@ type DB struct {
 	dirtyDirs  map[string]struct{} // directories whose entries changed
 
 	metrics     metrics
-	adm         admission
+	adm         *admission.Controller
 	failed      atomic.Pointer[errs.Error]
 	closed      atomic.Bool
 	settleCh    chan struct{}
@@ -278,7 +281,7 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
-	db.adm.init(&opts)
+	db.adm = admission.New(admissionConfig(&opts))
 	var err error
 	opened := false // open ran to its end: recovery settled, the journal restarted
 	if marked, cause := db.indexMarkedCorrupt(); marked && (retry == nil || !errors.Is(cause, errIndexUnreadable)) {
@@ -550,8 +553,8 @@ func (db *DB) removeLeftovers() error {
 	if err := db.fs.Remove(db.fs.PathJoin(db.dir, IndexCorruptMarker+".tmp")); err != nil && !oserrorIsNotExist(err) {
 		return errs.Wrap(errs.CodeWriteFailed, err, "remove %s.tmp", IndexCorruptMarker)
 	}
-	if err := db.fs.RemoveAll(db.fs.PathJoin(db.dir, "tmp")); err != nil && !oserrorIsNotExist(err) {
-		return errs.Wrap(errs.CodeWriteFailed, err, "remove scratch directory")
+	if err := scratch.RemoveAll(db.fs, db.dir); err != nil {
+		return err
 	}
 	if _, err := snapshot.CleanTemp(db.fs, db.SnapshotsDir()); err != nil {
 		return err
@@ -767,7 +770,7 @@ func (db *DB) shut() error {
 	if db.ro != nil {
 		return db.shutReadOnly()
 	}
-	db.adm.drain()
+	db.adm.Drain()
 	close(db.stopBg)
 	// The settle loop may be inside a settle whose mark is queued for the
 	// applier: let it finish before the applier goes.
@@ -791,7 +794,7 @@ func (db *DB) shut() error {
 	}
 	// Reads in progress finish before the index and the segment files
 	// close under them; later ones are refused.
-	db.reads.drain()
+	db.reads.Drain()
 	if err == nil && db.failed.Load() == nil {
 		err = db.recordLateDamage() // found by the reads just waited for
 	}

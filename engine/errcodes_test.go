@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
@@ -27,14 +28,14 @@ func TestEveryCodeReadsWithOneErrorsAs(t *testing.T) {
 	for _, refuse := range []bool{false, true} {
 		fs := vfs.NewMem()
 		db := mustOpen(t, fs, Options{SegmentSize: 4096, MaxInFlightRecords: 1, RefuseWhenFull: refuse})
-		held := &cost{records: 1, bytes: 1, anchors: map[string]int{"x": 1}}
-		if err := db.adm.acquire(ctx, held, false); err != nil {
+		held := &admission.Cost{Records: 1, Bytes: 1, Anchors: map[string]int{"x": 1}}
+		if err := db.adm.Acquire(ctx, held, false); err != nil {
 			t.Fatal(err)
 		}
 		actx, cancel := context.WithTimeout(ctx, time.Millisecond)
 		_, err := db.Put(actx, "a", []byte("k"), []byte("v"))
 		cancel()
-		db.adm.release(held)
+		db.adm.Release(held)
 		if refuse {
 			got[errs.CodeQueueFull] = err
 		} else {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -176,11 +176,9 @@ func (db *DB) rebuildFromSnapshot(ctx context.Context) error {
 		}
 	}
 
-	var tag [8]byte
-	_, _ = rand.Read(tag[:])
-	tmp := db.fs.PathJoin(db.dir, "tmp", "rebuild-"+hex.EncodeToString(tag[:]))
-	if err := db.fs.MkdirAll(tmp, 0o755); err != nil {
-		return errs.Wrap(errs.CodeWriteFailed, err, "create %s", tmp)
+	tmp, err := scratch.MkdirTemp(db.fs, db.dir, "rebuild")
+	if err != nil {
+		return err
 	}
 	done := &finisher{}
 	tw := func(name string) *tableWriter { return &tableWriter{db: db, dir: tmp, name: name, done: done} }
@@ -553,7 +551,7 @@ func (db *DB) rebuildAnchor(ra rebuildAnchor, front snapshot.Head, buf *[]byte) 
 	tree := merkleFactory.NewEmptyRange(0)
 	var nodes, idems []kv
 	visit := func(id compact.NodeID, hash []byte) {
-		if storedNodeLevel(id.Level) {
+		if treestore.Stored(id.Level) {
 			nodes = append(nodes, kv{schema.NodeKey(ra.id, uint8(id.Level), id.Index), slices.Clone(hash)})
 		}
 	}

@@ -104,8 +104,7 @@ func (db *DB) fdRefusal() error {
 	}
 	r := errs.NewRefusal(errs.CodeCapacityExhausted, fdRetryAfter,
 		"the process has no file descriptor to spare (EMFILE): a segment write waits for one, and the append was not taken")
-	db.adm.withState(r)
-	db.adm.count(errs.CodeCapacityExhausted)
+	db.adm.Refused(r)
 	return r
 }
 

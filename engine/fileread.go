@@ -163,8 +163,8 @@ type treePass struct {
 	roots map[uint64]segment.Hash
 	leaf  map[uint64]segment.Hash // record hashes wanted, by seq
 
-	whole merkleTree
-	sub   merkleTree
+	whole proof.Stack
+	sub   proof.Stack
 	cur   int
 }
 
@@ -207,23 +207,23 @@ func (p *treePass) add(seq uint64, hash segment.Hash) {
 			break
 		}
 		if i < end {
-			p.sub.append(leaf, nil)
+			p.sub.Append(leaf, nil)
 			if i == end-1 {
-				p.nodes[p.ids[p.cur]] = p.sub.root()
-				p.sub = merkleTree{}
+				p.nodes[p.ids[p.cur]] = p.sub.Root()
+				p.sub = proof.Stack{}
 				p.cur++
 			}
 			break
 		}
 		p.cur++ // cannot be: a node is fed every leaf it covers
 	}
-	p.whole.append(leaf, nil)
+	p.whole.Append(leaf, nil)
 	p.noteRoot()
 }
 
 func (p *treePass) noteRoot() {
-	if _, ok := slices.BinarySearch(p.sizes, p.whole.size); ok {
-		p.roots[p.whole.size] = p.whole.root()
+	if _, ok := slices.BinarySearch(p.sizes, p.whole.Size()); ok {
+		p.roots[p.whole.Size()] = p.whole.Root()
 	}
 }
 

@@ -249,10 +249,10 @@ func (v *verifier) readAnchor(c *anchorCheck, jv *journalView) (r fileAnchorResu
 	}()
 	w := v.db.newFileWalk(c.id, jv)
 	r.roots = make(map[uint64]segment.Hash)
-	var tree merkleTree
+	var tree proof.Stack
 	note := func() {
-		if _, ok := slices.BinarySearch(c.wanted, tree.size); ok {
-			r.roots[tree.size] = tree.root()
+		if _, ok := slices.BinarySearch(c.wanted, tree.Size()); ok {
+			r.roots[tree.Size()] = tree.Root()
 		}
 	}
 	note()
@@ -261,7 +261,7 @@ func (v *verifier) readAnchor(c *anchorCheck, jv *journalView) (r fileAnchorResu
 		if v.halted() {
 			return errStopWalk
 		}
-		tree.append(segment.LeafHash(e.hash), nil)
+		tree.Append(segment.LeafHash(e.hash), nil)
 		note()
 		return nil
 	}

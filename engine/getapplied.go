@@ -20,10 +20,10 @@ import (
 // A database whose applier failed returns the failure, as every read does.
 // A missing or deleted key returns ErrNotFound.
 func (db *DB) GetApplied(ctx context.Context, key []byte) (Version, error) {
-	if !db.reads.enter() {
+	if !db.reads.Enter() {
 		return Version{}, errClosed
 	}
-	defer db.reads.leave()
+	defer db.reads.Leave()
 	if f := db.failed.Load(); f != nil {
 		return Version{}, f
 	}

@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/segment"
@@ -102,14 +104,14 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	// it (our heads, rows, idempotency keys) before anything is admitted:
 	// the ingest holds the gate Close drains, and stops between anchors
 	// once Close has begun. It holds the read gate too, as every read does.
-	if err := db.adm.enter(); err != nil {
+	if err := db.adm.Enter(); err != nil {
 		return rep, err
 	}
-	defer db.adm.releaseGate()
-	if !db.reads.enter() {
+	defer db.adm.LeaveGate()
+	if !db.reads.Enter() {
 		return rep, errClosed
 	}
-	defer db.reads.leave()
+	defer db.reads.Leave()
 	db.ingestMu.Lock()
 	defer db.ingestMu.Unlock()
 	// Only another database is a source: checked before its lock, so a
@@ -159,7 +161,7 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 		if err := ctx.Err(); err != nil {
 			return rep, err
 		}
-		if db.adm.isClosing() {
+		if db.adm.Closing() {
 			return rep, errClosed
 		}
 		info, _, err := db.anchorInfo(s.id)
@@ -234,12 +236,17 @@ func (db *DB) Ingest(ctx context.Context, from string, opts IngestOptions) (Inge
 	return rep, nil
 }
 
+// ingestIdemInMemory is how many idempotency keys of one arriving log an
+// ingest's first pass holds in memory before it moves the rest to a
+// scratch store (scratch.HashSet). A variable so tests can spill.
+var ingestIdemInMemory = scratch.DefaultInMemory
+
 // checkArrival verifies the arriving log s whole and checks it against
 // ours (info): pass 1 of an ingest, for one anchor.
 func (db *DB) checkArrival(ctx context.Context, s *sourceAnchor, info AnchorInfo) error {
 	s.had = info.Records
-	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: idemSet{db: db}}
-	defer arrivals.idem.close()
+	arrivals := &arrivalCheck{db: db, s: s, had: info.Records, last: info.LastCounter, idem: scratch.NewHashSet(db.openScratch, "ingest-idem", "ingest's idempotency key store", ingestIdemInMemory)}
+	defer arrivals.idem.Close()
 	if err := db.scanSource(ctx, s, 0, arrivals.record); err != nil {
 		return err
 	}
@@ -318,7 +325,7 @@ type arrivalCheck struct {
 	s    *sourceAnchor
 	had  uint64
 	last uint64
-	idem idemSet // the idempotency keys arriving
+	idem *scratch.HashSet // the idempotency keys arriving
 	err  error
 }
 
@@ -355,7 +362,7 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 		return nil
 	}
 	h := blake3.Sum256(rec.IdempotencyKey)
-	found, err := c.idem.has(h)
+	found, err := c.idem.Has(h)
 	if err != nil {
 		return err
 	}
@@ -367,7 +374,7 @@ func (c *arrivalCheck) record(rec segment.Record) error {
 	if found {
 		return refuse(errs.CodeConflict, "anchor %q arrives with idempotency key %q at seq %d, which the anchor already used", c.s.id, rec.IdempotencyKey, rec.Seq)
 	}
-	return c.idem.add(h)
+	return c.idem.Add(h)
 }
 
 // firstPrev returns the hash the arriving log's first record links to.
@@ -510,7 +517,7 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if db.adm.isClosing() {
+		if db.adm.Closing() {
 			return errClosed
 		}
 		f, err := db.fs.Open(sf.path)
@@ -546,7 +553,7 @@ func (db *DB) scanSource(ctx context.Context, s *sourceAnchor, from uint64, fn f
 			// waiting for the end of one.
 			if n%scanCtxEvery == 0 {
 				err := ctx.Err()
-				if err == nil && db.adm.isClosing() {
+				if err == nil && db.adm.Closing() {
 					err = errClosed
 				}
 				if err != nil {
@@ -642,11 +649,11 @@ func (db *DB) sourceDamage(s *sourceAnchor, path string, err error) error {
 // be visible. What the caller stored before calling it is seen by every
 // group built after.
 func (db *DB) commitBarrier(ctx context.Context) error {
-	var c cost // nothing to append: it only holds Close off, as duplicates do
-	if err := db.adm.acquire(ctx, &c, false); err != nil {
+	var c admission.Cost // nothing to append: it only holds Close off, as duplicates do
+	if err := db.adm.Acquire(ctx, &c, false); err != nil {
 		return err
 	}
-	defer db.adm.release(&c)
+	defer db.adm.Release(&c)
 	req := newRequest()
 	db.submit(req)
 	err := req.err
@@ -668,11 +675,11 @@ func (db *DB) appendVerbatim(ctx context.Context, recs []segment.Record) error {
 	}
 	// Bounded like any append, but not rate-limited per anchor: these
 	// records were written (and limited) elsewhere.
-	c := cost{records: len(recs), bytes: bytes}
-	if err := db.adm.acquire(ctx, &c, false); err != nil {
+	c := admission.Cost{Records: len(recs), Bytes: bytes}
+	if err := db.adm.Acquire(ctx, &c, false); err != nil {
 		return err
 	}
-	defer db.adm.release(&c)
+	defer db.adm.Release(&c)
 	req := newRequest()
 	req.verbatim, req.sync = recs, !db.opts.NoSync
 	db.submit(req)

@@ -123,7 +123,7 @@ func TestIngestLargeFrameRefusedUnread(t *testing.T) {
 
 // TestIngestIdempotencyKeysSpill: the idempotency keys of an arriving log
 // are checked for reuse in a set that moves to a scratch store past
-// ingestIdemInMemory keys (it grew in memory with the log, and a source's
+// ingestIdemInMemory keys (in memory it would grow with the log, and a source's
 // log may be any length). A key reused after the move is still found,
 // whether its first use was held in memory or in the store; a log without
 // reuse is joined; the scratch store is removed either way.

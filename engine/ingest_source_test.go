@@ -163,7 +163,7 @@ func TestIngestCloseStopsTheForkCheckScan(t *testing.T) {
 		// Pass 1 reads the segment once; the fork check reads it again.
 		if read.Add(int64(n)) > size+1<<20 && closing.CompareAndSwap(false, true) {
 			go func() { closed <- dst.Close() }()
-			for !dst.adm.isClosing() {
+			for !dst.adm.Closing() {
 				runtime.Gosched()
 			}
 		}

@@ -75,7 +75,7 @@ func (db *DB) Metrics() Metrics {
 		Groups: m.groups.Load(), Records: m.records.Load(),
 		JournalSyncs: m.journalSyncs.Load(), JournalBytes: m.journalBytes.Load(),
 		SegmentWrites: m.segmentWrites.Load(), Seals: m.seals.Load(), Settles: m.settles.Load(),
-		Duplicates: m.duplicates.Load(), Refusals: db.adm.refusals(), DescriptorWaits: m.fdWaits.Load(),
+		Duplicates: m.duplicates.Load(), Refusals: db.refusals(), DescriptorWaits: m.fdWaits.Load(),
 		GroupRecordsP50: m.groupRecords.quantile(0.5), GroupRecordsP99: m.groupRecords.quantile(0.99),
 		SyncLatencyP50: time.Duration(m.syncMicros.quantile(0.5)) * time.Microsecond,
 		SyncLatencyP99: time.Duration(m.syncMicros.quantile(0.99)) * time.Microsecond,

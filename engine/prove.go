@@ -6,16 +6,17 @@ import (
 	"fmt"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Proofs (SPEC §5) are built by the proof package over the engine's
-// nodeStore. Each call reads at one consistent point: the anchor's visible
-// head and tree, captured under its lock, then a Pebble snapshot, which
-// holds every row that head covers.
+// Proofs (SPEC §5) are built by the proof package over the index's tree
+// nodes (treestore.Index). Each call reads at one consistent point: the
+// anchor's visible head and tree, captured under its lock, then a Pebble
+// snapshot, which holds every row that head covers.
 
 // treeReader is one consistent read point of an anchor's tree.
 type treeReader struct {
@@ -51,7 +52,9 @@ func (t *treeReader) close() { _ = t.snap.Close() }
 // size is the number of records the read point covers.
 func (t *treeReader) size() uint64 { return t.view.head.head }
 
-func (t *treeReader) store() nodeStore { return nodeStore{r: t.snap, anchor: t.anchor} }
+func (t *treeReader) store() treestore.Index {
+	return treestore.Index{R: t.snap, Anchor: t.anchor}
+}
 
 // checkSize resolves size 0 to the current size and refuses a size beyond it.
 func (t *treeReader) checkSize(size uint64) (uint64, error) {
@@ -223,6 +226,6 @@ func (db *DB) AnchorRoot(ctx context.Context, anchor string, size uint64) (segme
 // consistencyProver serves proof.CheckConsistent from one snapshot.
 func consistencyProver(snap *pebble.Snapshot) proof.ConsistencyProver {
 	return func(ctx context.Context, anchor string, oldSize, newSize uint64) ([][]byte, error) {
-		return proof.Consistency(ctx, nodeStore{r: snap, anchor: anchor}, oldSize, newSize)
+		return proof.Consistency(ctx, treestore.Index{R: snap, Anchor: anchor}, oldSize, newSize)
 	}
 }

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/admission"
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
@@ -97,7 +97,7 @@ func openReadOnly(dir string, opts Options) (*DB, error) {
 	}
 	db.applier.init()
 	db.files = newFileCache(fs, opts.FileCacheSize)
-	db.adm.init(&opts)
+	db.adm = admission.New(admissionConfig(&opts))
 	fail := func(err error) (*DB, error) {
 		if db.index != nil {
 			_ = db.closeIndex()
@@ -254,7 +254,7 @@ func (db *DB) readOnlyPebble(po *pebble.Options) {
 
 // beginFiles enters the read gate for a read from the files alone.
 func (db *DB) beginFiles() error {
-	if !db.reads.enter() {
+	if !db.reads.Enter() {
 		return errClosed
 	}
 	return nil
@@ -262,38 +262,13 @@ func (db *DB) beginFiles() error {
 
 // shutReadOnly is shut for a read-only open: nothing to settle or mark.
 func (db *DB) shutReadOnly() error {
-	db.adm.drain()
-	db.reads.drain()
+	db.adm.Drain()
+	db.reads.Drain()
 	var err error
 	if db.index != nil {
 		err = db.closeIndex()
 	}
 	return errors.Join(err, ioErr(db.files.close(), "close segments"))
-}
-
-// openScratchOutside is openScratch for a read-only open: the scratch store
-// goes to the system's temporary directory (on the OS filesystem) or to
-// memory, never under the database directory.
-func (db *DB) openScratchOutside(purpose string) (*pebble.DB, func(), error) {
-	fs, dir := vfs.FS(vfs.NewMem()), "scratch"
-	if vfs.Root(db.fs) == vfs.Default {
-		d, err := os.MkdirTemp("", "anchordb-"+purpose+"-")
-		if err != nil {
-			return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "create a scratch directory for %s", purpose)
-		}
-		fs, dir = vfs.Default, d
-	}
-	store, err := pebble.Open(dir, &pebble.Options{FS: fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
-	if err != nil {
-		if fs == vfs.Default {
-			_ = os.RemoveAll(dir)
-		}
-		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s store", purpose)
-	}
-	return store, func() {
-		_ = store.Close()
-		_ = fs.RemoveAll(dir)
-	}, nil
 }
 
 // fileAnchorIDs lists the anchors the files hold: every anchor directory

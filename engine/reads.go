@@ -694,3 +694,23 @@ func (r *frameReader) read(seq uint64, e schema.Location) (segment.Record, error
 	}
 	return rec.Clone(), nil
 }
+
+// beginRead enters the read gate and waits until every append acknowledged
+// before the call is visible (awaitVisible). A nil error is paired with
+// endRead. A range loop that began a read holds Close until the loop ends.
+func (db *DB) beginRead(ctx context.Context) error {
+	if db.filesOnly() {
+		return db.ro.noIndex // a read-only open without the index (readonly.go)
+	}
+	if !db.reads.Enter() {
+		return errClosed
+	}
+	if err := db.awaitVisible(ctx); err != nil {
+		db.reads.Leave()
+		return err
+	}
+	return nil
+}
+
+// endRead leaves the read gate.
+func (db *DB) endRead() { db.reads.Leave() }

@@ -12,6 +12,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/transparency-dev/merkle/compact"
@@ -187,7 +188,7 @@ func (rc *reconciler) adoptStubs(a *anchor, st *anchorHead, tree *compact.Range,
 			rc.scratch = se.Append(rc.scratch[:0])
 			_ = rc.batch.Set(schema.SeqKey(a.id, stub.FirstSeq+uint64(i)), rc.scratch, nil)
 			leaf := segment.LeafHash(h)
-			_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
+			_ = tree.Append(leaf[:], treestore.Visitor(rc.batch, a.id))
 		}
 		schema.StubRows(&stub, func(_ byte, k, v []byte) { _ = rc.batch.Set(k, v, nil) })
 		st.head, st.headHash, st.lastCounter = stub.LastSeq(), stub.LastHash(), stub.LastCounter
@@ -289,7 +290,7 @@ func (rc *reconciler) scanSegment(a *anchor, st *anchorHead, tree *compact.Range
 		rec := fr.Record
 		rc.scratch = schema.RecordRows(rc.batch, rc.batch, &rec, s.segno, fr.Offset, fr.Size, db.opts.InlineValueMax, rc.scratch)
 		leaf := segment.LeafHash(rec.Hash)
-		_ = tree.Append(leaf[:], treeAppender{batch: rc.batch, anchor: a.id}.visit)
+		_ = tree.Append(leaf[:], treestore.Visitor(rc.batch, a.id))
 		st.head, st.headHash, st.lastCounter = rec.Seq, rec.Hash, rec.Counter
 		st.segSize = fr.Offset + int64(fr.Size)
 		st.segCount++

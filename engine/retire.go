@@ -42,10 +42,10 @@ type RetiredSnapshot struct {
 func (db *DB) RetireSnapshot(ctx context.Context, name string) (RetiredSnapshot, error) {
 	var out RetiredSnapshot
 	// Like a compaction: it appends to the audit log and removes a file.
-	if err := db.adm.enter(); err != nil {
+	if err := db.adm.Enter(); err != nil {
 		return out, err
 	}
-	defer db.adm.releaseGate()
+	defer db.adm.LeaveGate()
 	if err := db.beginRead(ctx); err != nil {
 		return out, err
 	}

@@ -227,10 +227,10 @@ func (db *DB) Sync(ctx context.Context) error {
 	// The settle goes through group commit: Close must not stop the
 	// applier under it (it would wait for ever), so it holds Close off as
 	// an append does.
-	if err := db.adm.enter(); err != nil {
+	if err := db.adm.Enter(); err != nil {
 		return err
 	}
-	defer db.adm.releaseGate()
+	defer db.adm.LeaveGate()
 	return db.settle()
 }
 

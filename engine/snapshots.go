@@ -2,13 +2,12 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"iter"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/merge"
 	"github.com/anchordb/anchordb/segment"
@@ -514,24 +513,16 @@ func (db *DB) lastInMergedOrder(f merge.Frontier) (mergedPos, error) {
 	return last, nil
 }
 
-// openScratch opens a throwaway Pebble store, without a WAL, in a directory
-// of its own under the database's tmp directory (which Open clears, should
-// a process end before done runs); done closes and removes it.
-func (db *DB) openScratch(purpose string) (store *pebble.DB, done func(), err error) {
+// openScratch opens a throwaway Pebble store (engine/internal/scratch)
+// under the database's tmp directory, which Open clears should a process
+// end before the store is closed; a read-only open writes nothing under the
+// database and puts it outside. Close closes and removes it.
+func (db *DB) openScratch(purpose string) (*scratch.Store, error) {
+	log := pebbleLogger{l: db.opts.Logger}
 	if db.ro != nil {
-		return db.openScratchOutside(purpose) // nothing under a read-only database
+		return scratch.OpenOutside(db.fs, purpose, log) // nothing under a read-only database
 	}
-	var tag [8]byte
-	_, _ = rand.Read(tag[:])
-	dir := db.fs.PathJoin(db.dir, "tmp", purpose+"-"+hex.EncodeToString(tag[:]))
-	store, err = pebble.Open(dir, &pebble.Options{FS: db.fs, DisableWAL: true, Logger: pebbleLogger{l: db.opts.Logger}})
-	if err != nil {
-		return nil, nil, errs.Wrap(errs.CodeWriteFailed, err, "open %s store", purpose)
-	}
-	return store, func() {
-		_ = store.Close()
-		_ = db.fs.RemoveAll(dir)
-	}, nil
+	return scratch.Open(db.fs, db.dir, purpose, log)
 }
 
 // errBaseOrder stops a replay from a base that a record after the base's
@@ -549,12 +540,12 @@ var errBaseOrder = errors.New("a record after the base snapshot's frontier sorts
 // appended after the base was taken can sort before records in it. The
 // replay then stops with errBaseOrder.
 func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.Info, after merge.Frontier, last mergedPos) (uint64, segment.Hash, error) {
-	scratch, done, err := db.openScratch("replay")
+	st, err := db.openScratch("replay")
 	if err != nil {
 		return 0, segment.Hash{}, err
 	}
-	defer done()
-	b := scratch.NewBatch()
+	defer st.Close()
+	b := st.NewBatch()
 	if base != nil {
 		s, err := snapshot.Open(db.fs, base.Path)
 		if err != nil {
@@ -572,7 +563,7 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.
 					return 0, segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "replay store")
 				}
 				_ = b.Close()
-				b = scratch.NewBatch()
+				b = st.NewBatch()
 			}
 		}
 		_ = s.Close()
@@ -600,7 +591,7 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.
 				return n, segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "replay store")
 			}
 			_ = b.Close()
-			b = scratch.NewBatch()
+			b = st.NewBatch()
 		}
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
@@ -608,7 +599,7 @@ func (db *DB) replayState(ctx context.Context, f merge.Frontier, base *snapshot.
 	}
 	_ = b.Close()
 	h := snapshot.NewStateHasher()
-	it, err := scratch.NewIter(nil)
+	it, err := st.NewIter(nil)
 	if err != nil {
 		return n, segment.Hash{}, errs.Wrap(errs.CodeWriteFailed, err, "replay store")
 	}

@@ -143,7 +143,7 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	s := Stats{Dir: db.dir, ID: db.id, Durability: db.opts.DurabilityMode(), Clock: db.clock.Load(), OpenFiles: db.files.open()}
-	s.InFlightRecords, s.InFlightBytes = db.adm.inFlight()
+	s.InFlightRecords, s.InFlightBytes = db.adm.InFlight()
 	for info, err := range db.Anchors(ctx) {
 		if err != nil {
 			return s, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
@@ -155,7 +156,8 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 		return VerifyReport{}, fmt.Errorf("verify: %w", err)
 	}
 	v := &verifier{db: db, opts: opts, parent: ctx, seeds: newDigestSeeds(),
-		retained: newRowSpill(db, "verify-kept"), deferred: newRowSpill(db, "verify-deferred")}
+		retained: scratch.NewRowSpill(db.openScratch, "verify-kept", rowSpillBytes),
+		deferred: scratch.NewRowSpill(db.openScratch, "verify-deferred", rowSpillBytes)}
 	v.ctx, v.cancel = context.WithCancel(ctx)
 	defer v.cancel()
 	if opts.From != nil {
@@ -191,6 +193,13 @@ func (db *DB) Verify(ctx context.Context, opts VerifyOptions) (VerifyReport, err
 	return v.result(), err
 }
 
+// rowSpillBytes is how many bytes of 'k' rows verify keeps in memory for
+// its checks after the pass over them (the rows kept for truncated records
+// and those a rebuild from a snapshot wrote, as many as the index has keys)
+// before they spill to a scratch store (scratch.RowSpill). A variable so
+// tests can spill.
+var rowSpillBytes = scratch.DefaultSpillBytes
+
 // verifier is one run of Verify.
 type verifier struct {
 	db     *DB
@@ -208,8 +217,8 @@ type verifier struct {
 	stored     []StoredCheckpoint
 
 	kActual  map[string]*rowDigest // 'k' rows found, per anchor (k pass)
-	retained *rowSpill             // 'k' rows kept for truncated records
-	deferred *rowSpill             // 'k' rows a rebuild from a snapshot wrote
+	retained *scratch.RowSpill     // 'k' rows kept for truncated records
+	deferred *scratch.RowSpill     // 'k' rows a rebuild from a snapshot wrote
 	histFrom map[string]uint64     // per anchor: history up to here came from a snapshot
 	hist     *histCheck            // the state at histFrom, when this run checks it
 
@@ -361,8 +370,8 @@ func (v *verifier) planCheckpointRoots() {
 }
 
 func (v *verifier) close() {
-	v.retained.close()
-	v.deferred.close()
+	v.retained.Close()
+	v.deferred.Close()
 	if v.hist != nil {
 		v.hist.close()
 		v.hist = nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/internal/fsutil"
 	"github.com/anchordb/anchordb/proof"
@@ -37,7 +38,7 @@ type anchorCheck struct {
 	roots      map[uint64]segment.Hash // the chain's root at each wanted size
 	fromRoot   bool                    // the From entry's root was shown from the index tree
 	start      uint64                  // first seq checked (1, or the From size + 1)
-	tree       merkleTree
+	tree       proof.Stack
 	treeOK     bool // tree holds exactly the leaves 1..tree.size
 	nodes      []storedNode
 	kExpect    rowDigest
@@ -253,7 +254,7 @@ func (c *anchorCheck) readMeta() error {
 // segment to read (-1: none).
 func (c *anchorCheck) begin(segs []segInfo) (int, error) {
 	c.start, c.next, c.prev = 1, 1, segment.GenesisHash(c.id)
-	c.tree, c.treeOK = merkleTree{}, true
+	c.tree, c.treeOK = proof.Stack{}, true
 	c.noteRoot()
 	if c.from != nil && c.from.Size > 0 {
 		ok, err := c.beginAfter(c.from.Size)
@@ -265,7 +266,7 @@ func (c *anchorCheck) begin(segs []segInfo) (int, error) {
 		}
 		// The index cannot show the trusted tree: check everything.
 		c.start, c.next, c.prev = 1, 1, segment.GenesisHash(c.id)
-		c.tree, c.treeOK, c.exactRows = merkleTree{}, true, false
+		c.tree, c.treeOK, c.exactRows = proof.Stack{}, true, false
 		c.noteRoot()
 	}
 	if len(segs) == 0 {
@@ -285,7 +286,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 		c.reportClaim(errs.CodeChainBroken, c.last+1, "", 0, "the trusted checkpoint has %d records of the anchor; the index has %d", size, c.last)
 		return false, nil
 	}
-	st := nodeStore{r: v.snap, anchor: c.id}
+	st := treestore.Index{R: v.snap, Anchor: c.id}
 	rng, err := proof.LoadRange(v.ctx, st, size)
 	if err != nil {
 		if errs.CodeOf(err) == errs.CodeWriteFailed {
@@ -329,7 +330,7 @@ func (c *anchorCheck) beginAfter(size uint64) (bool, error) {
 		c.reportClaim(errs.CodeHashMismatch, size, path, row.Offset, "record seq %d (%s) is not the last leaf of the trusted tree: %s", size, rec.Hash, errs.Message(err))
 		return false, nil
 	}
-	c.tree = merkleTreeFrom(rng.Hashes(), size)
+	c.tree = proof.StackFrom(rng.Hashes(), size)
 	c.fromRoot = true
 	c.start, c.next, c.prev, c.lastCt = size+1, size+1, rec.Hash, rec.Counter
 	c.noteRoot()
@@ -571,8 +572,8 @@ func (c *anchorCheck) record(fr *segment.Frame) error {
 
 // leaf extends the recomputed tree with record seq and checks the head.
 func (c *anchorCheck) leaf(seq uint64, hash segment.Hash, counter uint64, offset int64) {
-	if c.treeOK && c.tree.size+1 == seq {
-		c.tree.append(segment.LeafHash(hash), c.visitNode)
+	if c.treeOK && c.tree.Size()+1 == seq {
+		c.tree.Append(segment.LeafHash(hash), c.visitNode)
 		c.noteRoot()
 	} else {
 		c.treeOK = false
@@ -586,7 +587,7 @@ func (c *anchorCheck) leaf(seq uint64, hash segment.Hash, counter uint64, offset
 }
 
 func (c *anchorCheck) visitNode(level uint, index uint64, h *segment.Hash) {
-	if storedNodeLevel(level) && (c.start == 1 || (index+1)<<level >= c.start) {
+	if treestore.Stored(level) && (c.start == 1 || (index+1)<<level >= c.start) {
 		c.nodes = append(c.nodes, storedNode{level: uint8(level), index: index, hash: *h})
 	}
 }
@@ -596,11 +597,11 @@ func (c *anchorCheck) noteRoot() {
 	if !c.treeOK {
 		return
 	}
-	if _, ok := slices.BinarySearch(c.wanted, c.tree.size); ok {
-		c.roots[c.tree.size] = c.tree.root()
+	if _, ok := slices.BinarySearch(c.wanted, c.tree.Size()); ok {
+		c.roots[c.tree.Size()] = c.tree.Root()
 	}
-	if c.hasView && c.tree.size == c.view.head.head {
-		c.roots[c.tree.size] = c.tree.root()
+	if c.hasView && c.tree.Size() == c.view.head.head {
+		c.roots[c.tree.Size()] = c.tree.Root()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anchordb/anchordb/engine/internal/treestore"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/anchordb/anchordb/segment"
@@ -120,7 +121,7 @@ func (v *verifier) checkEntry(e proof.Entry, file string) {
 	}
 	// Below the trusted size of an incremental check: prove the entry's
 	// tree a prefix of the trusted one.
-	path, err := proof.Consistency(v.ctx, nodeStore{r: v.snap, anchor: e.Anchor}, e.Size, c.from.Size)
+	path, err := proof.Consistency(v.ctx, treestore.Index{R: v.snap, Anchor: e.Anchor}, e.Size, c.from.Size)
 	if err == nil {
 		if e.Size == 0 {
 			return

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -61,8 +62,7 @@ import (
 
 // histCheck is the scratch store of one Verify run's history check.
 type histCheck struct {
-	store *pebble.DB
-	done  func() // closes and removes the store
+	store *scratch.Store
 }
 
 // The values of the scratch store: a version's type, seq and whether its
@@ -82,15 +82,15 @@ func (v *verifier) openHistCheck() error {
 			}
 		}
 	}
-	store, done, err := v.db.openScratch("verify")
+	store, err := v.db.openScratch("verify")
 	if err != nil {
 		return err
 	}
-	v.hist = &histCheck{store: store, done: done}
+	v.hist = &histCheck{store: store}
 	return nil
 }
 
-func (h *histCheck) close() { h.done() }
+func (h *histCheck) close() { h.store.Close() }
 
 // histBatch returns the anchor's batch into the scratch store, or nil when
 // there is no history check.

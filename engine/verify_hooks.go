@@ -92,7 +92,7 @@ func (db *DB) flushSegmentBytes(a *anchor) error {
 // raised the acknowledged id before it left admission, so either it is
 // counted there or the ids show its group unapplied.
 func (db *DB) appendsInFlight() bool {
-	if n, _ := db.adm.inFlight(); n > 0 {
+	if n, _ := db.adm.InFlight(); n > 0 {
 		return true
 	}
 	return db.vis.applied.Load() < db.vis.acked.Load()

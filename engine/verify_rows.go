@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
-	"strings"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/engine/internal/scratch"
 	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/segment"
 	"github.com/cockroachdb/pebble/v2"
@@ -183,7 +183,7 @@ func (v *verifier) keyRowPass() {
 			}
 			continue
 		}
-		var later *rowSpill
+		var later *scratch.RowSpill
 		switch schema.KindOf(it.Value()) {
 		case schema.Kept:
 			later = v.retained
@@ -192,7 +192,7 @@ func (v *verifier) keyRowPass() {
 		}
 		if later != nil {
 			ve, _ := schema.DecodeVersion(it.Value())
-			if err := later.add(anchor, ve.Seq, k, it.Value()); err != nil {
+			if err := later.Add(anchor, ve.Seq, k, it.Value()); err != nil {
 				v.fail(err)
 				return
 			}
@@ -437,7 +437,7 @@ func (c *anchorCheck) unmatched(rows map[string]expectedRow) {
 // state at its frontier: each must lie within that frontier and say what the
 // record at its seq says.
 func (v *verifier) checkDeferred() {
-	// In record order (rowSpill's), so one reader per anchor goes through
+	// In record order (RowSpill's), so one reader per anchor goes through
 	// its segments once: a reader per row read 256 KiB for each of them,
 	// which made verify after a rebuild of 1M records take minutes.
 	var fr *frameReader
@@ -446,9 +446,9 @@ func (v *verifier) checkDeferred() {
 			fr.close()
 		}
 	}()
-	v.eachVersionRow(v.deferred, "'k' row of seq %d without a location", func(c *anchorCheck, r retainedRow, ve schema.Version, bad func(string, ...any)) bool {
-		if ve.Seq > v.histFrom[r.anchor] {
-			bad("no rebuild from a snapshot covers it (the rebuilt range ends at seq %d)", v.histFrom[r.anchor])
+	v.eachVersionRow(v.deferred, "'k' row of seq %d without a location", func(c *anchorCheck, r scratch.Row, ve schema.Version, bad func(string, ...any)) bool {
+		if ve.Seq > v.histFrom[r.Group] {
+			bad("no rebuild from a snapshot covers it (the rebuilt range ends at seq %d)", v.histFrom[r.Group])
 			return true
 		}
 		row, ok, err := c.rowAt(ve.Seq)
@@ -460,11 +460,11 @@ func (v *verifier) checkDeferred() {
 			bad("its record is not in a segment")
 			return true
 		}
-		if fr == nil || fr.anchor != r.anchor {
+		if fr == nil || fr.anchor != r.Group {
 			if fr != nil {
 				fr.close()
 			}
-			fr = v.db.newFrameReader(r.anchor)
+			fr = v.db.newFrameReader(r.Group)
 		}
 		rec, err := fr.read(ve.Seq, row)
 		switch {
@@ -484,37 +484,12 @@ func (v *verifier) checkDeferred() {
 	})
 }
 
-// rowsInRecordOrder sorts rows by anchor and seq (seqs[i] is rows[i]'s),
-// in place: a copy of rowSpillBytes of rows would double them.
-type rowsInRecordOrder struct {
-	rows []retainedRow
-	seqs []uint64
-}
-
-func (o rowsInRecordOrder) Len() int { return len(o.rows) }
-func (o rowsInRecordOrder) Less(i, j int) bool {
-	if c := strings.Compare(o.rows[i].anchor, o.rows[j].anchor); c != 0 {
-		return c < 0
-	}
-	return o.seqs[i] < o.seqs[j]
-}
-func (o rowsInRecordOrder) Swap(i, j int) {
-	o.rows[i], o.rows[j] = o.rows[j], o.rows[i]
-	o.seqs[i], o.seqs[j] = o.seqs[j], o.seqs[i]
-}
-
-// retainedRow is a 'k' row of a truncated record, checked by checkRetained.
-type retainedRow struct {
-	anchor     string
-	key, value []byte
-}
-
 // checkRetained checks the 'k' rows compaction kept for truncated records:
 // each must be the record kept in its 'r' row — whose hash is the one the
 // chain has at that seq — with its key, counter, type and value.
 func (v *verifier) checkRetained() {
-	v.eachVersionRow(v.retained, "'k' row kept for truncated seq %d", func(c *anchorCheck, r retainedRow, ve schema.Version, bad func(string, ...any)) bool {
-		frame, closer, err := v.snap.Get(schema.KeptKey(r.anchor, ve.Seq))
+	v.eachVersionRow(v.retained, "'k' row kept for truncated seq %d", func(c *anchorCheck, r scratch.Row, ve schema.Version, bad func(string, ...any)) bool {
+		frame, closer, err := v.snap.Get(schema.KeptKey(r.Group, ve.Seq))
 		if errors.Is(err, pebble.ErrNotFound) {
 			bad("no 'r' row holds the record")
 			return true
@@ -524,7 +499,7 @@ func (v *verifier) checkRetained() {
 			return false
 		}
 		defer closer.Close()
-		rec, n, err := segment.ParseFrame(r.anchor, frame)
+		rec, n, err := segment.ParseFrame(r.Group, frame)
 		var ok bool
 		var row schema.Location
 		if err == nil {
@@ -557,16 +532,16 @@ func (v *verifier) checkRetained() {
 // eachVersionRow calls check for each row of a fully checked anchor, with a
 // report function whose message starts with what (which formats the seq).
 // check returns false to stop.
-func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anchorCheck, r retainedRow, ve schema.Version, bad func(string, ...any)) bool) {
-	err := rows.each(func(r retainedRow) bool {
+func (v *verifier) eachVersionRow(rows *scratch.RowSpill, what string, check func(c *anchorCheck, r scratch.Row, ve schema.Version, bad func(string, ...any)) bool) {
+	err := rows.Each(func(r scratch.Row) bool {
 		if v.halted() {
 			return false
 		}
-		c := v.byID[r.anchor]
+		c := v.byID[r.Group]
 		if c == nil || !c.complete {
 			return true
 		}
-		ve, _ := schema.DecodeVersion(r.value)
+		ve, _ := schema.DecodeVersion(r.Value)
 		bad := func(format string, args ...any) {
 			c.report(errs.CodeIndexMismatch, ve.Seq, "", 0, what+": "+format, append([]any{ve.Seq}, args...)...)
 		}
@@ -578,9 +553,9 @@ func (v *verifier) eachVersionRow(rows *rowSpill, what string, check func(c *anc
 }
 
 // versionDiffers says how a 'k' row disagrees with its record, or "".
-func versionDiffers(r retainedRow, ve schema.Version, rec *segment.Record) string {
+func versionDiffers(r scratch.Row, ve schema.Version, rec *segment.Record) string {
 	switch {
-	case !bytes.Equal(r.key, schema.VersionKey(rec.Key, rec.Counter, r.anchor)):
+	case !bytes.Equal(r.Key, schema.VersionKey(rec.Key, rec.Counter, r.Group)):
 		return "its key does not name the record's key and counter"
 	case (rec.Type == segment.TypeDelete) != (ve.Type == schema.VersionDelete) || (ve.Inline && !bytes.Equal(ve.Value, rec.Value)):
 		return "it does not say what the record says"

@@ -15,15 +15,10 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
 
+// waitFor is testutil.WaitFor: a hang detector, not a timing assertion.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, what, cond)
 }
 
 // Anchors (and Frontier, Stats, Merged's frontier check, Ingest) look up

@@ -1,7 +1,8 @@
 // Package testutil holds the helpers that tests of several packages share:
 // error-code assertions, whole-file reads and writes on a vfs.FS, directory
 // trees (list, compare, copy), crash clones that never meet a MemFS lock,
-// descriptor counting, and the race detector's stride. It is for tests
+// descriptor counting, the race detector's stride, and a hang detector for
+// a state another goroutine reaches (WaitFor). It is for tests
 // alone (internal/lint keeps it out of every package's code).
 //
 // It cannot hold helpers that need a package's unexported names: engine's
@@ -11,6 +12,7 @@ package testutil
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/anchordb/anchordb/internal/errs"
 )
@@ -27,4 +29,18 @@ func WantCode(t testing.TB, err error, code errs.Code) *errs.Error {
 		t.Fatalf("got %v (code %q), want code %s", err, errs.CodeOf(err), code)
 	}
 	return e
+}
+
+// WaitFor polls cond until it holds and fails t if it has not after ten
+// seconds: a hang detector for a state another goroutine reaches (a waiter
+// queued, a close begun), never a bound on how fast it gets there.
+func WaitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

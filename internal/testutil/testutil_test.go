@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/anchordb/anchordb/internal/errs"
@@ -161,5 +162,21 @@ func TestRaceStride(t *testing.T) {
 	}
 	if got := RaceStride(7); got != want {
 		t.Fatalf("RaceStride(7) = %d with RaceEnabled %v", got, RaceEnabled)
+	}
+}
+
+// WaitFor returns once the condition holds, having asked until it did.
+func TestWaitForPollsUntilTheConditionHolds(t *testing.T) {
+	var n atomic.Int32
+	go func() {
+		for range 3 {
+			n.Add(1)
+			runtime.Gosched()
+		}
+	}()
+	calls := 0
+	WaitFor(t, "three increments", func() bool { calls++; return n.Load() == 3 })
+	if calls < 1 || n.Load() != 3 {
+		t.Fatalf("WaitFor returned after %d calls with %d increments", calls, n.Load())
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package proof
 
 import (
 	"fmt"
@@ -8,14 +8,12 @@ import (
 	"github.com/transparency-dev/merkle/compact"
 )
 
-// TestMerkleTreeMatchesCompactRange: verification's allocation-free tree
-// reports the same nodes, in the same order, and the same roots as
-// compact.Range with the BLAKE3 hasher, from an empty start and from a
-// range loaded at any size.
-func TestMerkleTreeMatchesCompactRange(t *testing.T) {
-	rf := &compact.RangeFactory{Hash: segment.Blake3RFC6962.HashChildren}
-	ref := rf.NewEmptyRange(0)
-	var mine merkleTree
+// The allocation-free Stack reports the same nodes, in the same order, and
+// the same roots as compact.Range with the BLAKE3 hasher, from an empty
+// start and from a range loaded at any size.
+func TestStackMatchesCompactRange(t *testing.T) {
+	ref := NewRange()
+	var mine Stack
 	leaf := func(i int) segment.Hash { return segment.LeafHash(segment.Hash{byte(i), byte(i >> 8), 7}) }
 	for i := 0; i < 1100; i++ {
 		h := leaf(i)
@@ -27,30 +25,30 @@ func TestMerkleTreeMatchesCompactRange(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		mine.append(h, func(level uint, index uint64, hash *segment.Hash) {
+		mine.Append(h, func(level uint, index uint64, hash *segment.Hash) {
 			got = append(got, fmt.Sprintf("%d/%d/%x", level, index, hash[:]))
 		})
 		if fmt.Sprint(want) != fmt.Sprint(got) {
 			t.Fatalf("leaf %d: nodes %v, want %v", i, got, want)
 		}
 		root, _ := ref.GetRootHash(nil)
-		if r := mine.root(); string(r[:]) != string(root) || mine.size != ref.End() {
+		if r := mine.Root(); string(r[:]) != string(root) || mine.Size() != ref.End() {
 			t.Fatalf("size %d: root %x, want %x", i+1, r, root)
 		}
-		// A tree loaded at this size goes on like the one built leaf by leaf.
+		// A stack loaded at this size goes on like the one built leaf by leaf.
 		if i%97 == 0 {
-			loaded := merkleTreeFrom(ref.Hashes(), ref.End())
+			loaded := StackFrom(ref.Hashes(), ref.End())
 			h2 := leaf(i + 1)
-			loaded.append(h2, nil)
+			loaded.Append(h2, nil)
 			cont := mine
-			cont.append(h2, nil)
-			if loaded.root() != cont.root() {
+			cont.Append(h2, nil)
+			if loaded.Root() != cont.Root() {
 				t.Fatalf("loaded at %d: roots differ", i+1)
 			}
 		}
 	}
-	var empty merkleTree
-	if r := empty.root(); string(r[:]) != string(segment.Blake3RFC6962.EmptyRoot()) {
+	var empty Stack
+	if r := empty.Root(); string(r[:]) != string(segment.Blake3RFC6962.EmptyRoot()) {
 		t.Fatalf("empty root %x", r)
 	}
 	l, r := leaf(1), leaf(2)

@@ -1,4 +1,4 @@
-package engine
+package admission
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"pgregory.net/rapid"
 )
 
-// tokenModel is the token bucket of one anchor as SPEC §8 and DESIGN.md
-// describe it: rate tokens a second up to burst; a clock that steps back
+// tokenModel is the token bucket of one anchor as docs/CONTRACT.md §8 and
+// DESIGN.md describe it: rate tokens a second up to burst; a clock that steps back
 // counts as no time passing (the bucket refills again from the new time).
 type tokenModel struct {
 	tokens float64
@@ -26,7 +26,7 @@ type admissionModel struct {
 	maxRecs, perAnchor int
 	maxBytes           int64
 	rate, burst        float64
-	admitted           map[int]*cost // by ticket
+	admitted           map[int]*Cost // by ticket
 	buckets            map[string]*tokenModel
 }
 
@@ -47,9 +47,9 @@ func (m *admissionModel) refill(id string, now time.Time) *tokenModel {
 func (m *admissionModel) inFlight() (recs int, bytes int64, per map[string]int) {
 	per = map[string]int{}
 	for _, c := range m.admitted {
-		recs += c.records
-		bytes += c.bytes
-		for id, n := range c.anchors {
+		recs += c.Records
+		bytes += c.Bytes
+		for id, n := range c.Anchors {
 			per[id] += n
 		}
 	}
@@ -57,11 +57,11 @@ func (m *admissionModel) inFlight() (recs int, bytes int64, per map[string]int) 
 }
 
 // rateOK is whether the rate limit lets c through now.
-func (m *admissionModel) rateOK(c *cost, now time.Time) bool {
+func (m *admissionModel) rateOK(c *Cost, now time.Time) bool {
 	if m.rate <= 0 {
 		return true
 	}
-	for id, n := range c.anchors {
+	for id, n := range c.Anchors {
 		b := m.refill(id, now)
 		if b.tokens < float64(n) && !(float64(n) > m.burst && b.tokens >= m.burst) {
 			return false
@@ -72,13 +72,13 @@ func (m *admissionModel) rateOK(c *cost, now time.Time) bool {
 
 // fits reports whether c fits, and when only the per-anchor bound is in
 // the way, the byte-smallest anchor at it.
-func (m *admissionModel) fits(c *cost) (bool, string) {
+func (m *admissionModel) fits(c *Cost) (bool, string) {
 	recs, bytes, per := m.inFlight()
-	if recs > 0 && (recs+c.records > m.maxRecs || bytes+c.bytes > m.maxBytes) {
+	if recs > 0 && (recs+c.Records > m.maxRecs || bytes+c.Bytes > m.maxBytes) {
 		return false, ""
 	}
 	var blocked []string
-	for id, n := range c.anchors {
+	for id, n := range c.Anchors {
 		if have := per[id]; m.perAnchor > 0 && have > 0 && have+n > m.perAnchor {
 			blocked = append(blocked, id)
 		}
@@ -90,20 +90,20 @@ func (m *admissionModel) fits(c *cost) (bool, string) {
 	return false, blocked[0]
 }
 
-func (m *admissionModel) take(c *cost) {
+func (m *admissionModel) take(c *Cost) {
 	if m.rate <= 0 {
 		return
 	}
-	for id, n := range c.anchors {
+	for id, n := range c.Anchors {
 		m.buckets[id].tokens -= float64(n)
 	}
 }
 
-func (m *admissionModel) give(c *cost) {
+func (m *admissionModel) give(c *Cost) {
 	if m.rate <= 0 {
 		return
 	}
-	for id, n := range c.anchors {
+	for id, n := range c.Anchors {
 		if b := m.buckets[id]; b != nil {
 			b.tokens = min(m.burst, b.tokens+float64(n))
 		}
@@ -129,24 +129,23 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 		clock := time.Unix(1_800_000_000, 0)
 		rate := rapid.SampledFrom([]float64{0, 1e-12, 0.5, 1, 2.5, 3, 7, 1000}).Draw(rt, "rate")
 		burst := rapid.IntRange(0, 5).Draw(rt, "burst")
-		o := Options{
-			MaxInFlightRecords:   rapid.IntRange(1, 8).Draw(rt, "maxRecs"),
-			MaxInFlightBytes:     int64(rapid.IntRange(1, 2000).Draw(rt, "maxBytes")),
-			MaxInFlightPerAnchor: rapid.IntRange(0, 4).Draw(rt, "perAnchor"),
-			AnchorRate:           rate,
-			AnchorBurst:          burst,
-			Clock:                func() time.Time { return clock },
+		o := Config{
+			MaxRecords: rapid.IntRange(1, 8).Draw(rt, "maxRecs"),
+			MaxBytes:   int64(rapid.IntRange(1, 2000).Draw(rt, "maxBytes")),
+			PerAnchor:  rapid.IntRange(0, 4).Draw(rt, "perAnchor"),
+			Rate:       rate,
+			Burst:      burst,
+			Clock:      func() time.Time { return clock },
 		}
-		var a admission
-		a.init(&o)
-		m := &admissionModel{maxRecs: o.MaxInFlightRecords, maxBytes: o.MaxInFlightBytes, perAnchor: o.MaxInFlightPerAnchor,
-			rate: a.rate, burst: a.burst, admitted: map[int]*cost{}, buckets: map[string]*tokenModel{}}
+		a := New(o)
+		m := &admissionModel{maxRecs: o.MaxRecords, maxBytes: o.MaxBytes, perAnchor: o.PerAnchor,
+			rate: a.rate, burst: a.burst, admitted: map[int]*Cost{}, buckets: map[string]*tokenModel{}}
 		ended, cancel := context.WithCancel(context.Background())
 		cancel()
 		anchors := []string{"a", "b", "c"}
 		ticket := 0
 
-		try := func(c *cost, refuse bool) {
+		try := func(c *Cost, refuse bool) {
 			ctx := ended
 			if refuse {
 				ctx = context.Background()
@@ -154,8 +153,8 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 			wantRate := m.rateOK(c, clock)
 			wantFit, wantAnchor := m.fits(c)
 			snap := *c
-			err := a.acquire(ctx, c, refuse)
-			var re *RefusalError
+			err := a.Acquire(ctx, c, refuse)
+			var re *errs.RefusalError
 			switch {
 			case !wantRate:
 				if !errors.As(err, &re) || re.Code != errs.CodeRateLimited {
@@ -186,7 +185,7 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 				if re.Reason != re.Code.Reason() {
 					rt.Fatalf("refusal %s with reason %q", re.Code, re.Reason)
 				}
-				if re.MaxRecords != o.MaxInFlightRecords || re.MaxBytes != o.MaxInFlightBytes {
+				if re.MaxRecords != o.MaxRecords || re.MaxBytes != o.MaxBytes {
 					rt.Fatalf("refusal without the capacity state: %#v", re)
 				}
 				recs, bytes, _ := m.inFlight()
@@ -201,7 +200,7 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 				if !m.rateOK(c, clock) {
 					rt.Fatalf("the model still refuses %+v after its RetryAfter %v", snap, re.RetryAfter)
 				}
-				if err := a.acquire(context.Background(), c, true); errors.As(err, &re) && re.Code == errs.CodeRateLimited {
+				if err := a.Acquire(context.Background(), c, true); errors.As(err, &re) && re.Code == errs.CodeRateLimited {
 					rt.Fatalf("%+v refused again after waiting its RetryAfter: %v", snap, err)
 				} else if err == nil {
 					m.take(c)
@@ -218,25 +217,25 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 		for range steps {
 			switch rapid.IntRange(0, 6).Draw(rt, "op") {
 			case 0, 1, 2: // a request
-				c := &cost{anchors: map[string]int{}}
+				c := &Cost{Anchors: map[string]int{}}
 				for range rapid.IntRange(1, 3).Draw(rt, "anchorsInRequest") {
 					id := rapid.SampledFrom(anchors).Draw(rt, "anchor")
 					n := rapid.IntRange(1, 7).Draw(rt, "records")
-					c.anchors[id] += n
-					c.records += n
+					c.Anchors[id] += n
+					c.Records += n
 				}
-				c.bytes = int64(c.records) * int64(rapid.IntRange(1, 300).Draw(rt, "bytesPerRecord"))
+				c.Bytes = int64(c.Records) * int64(rapid.IntRange(1, 300).Draw(rt, "bytesPerRecord"))
 				try(c, rapid.Bool().Draw(rt, "refuse"))
 			case 3: // an admitted append is acknowledged
 				if k, c := pick(rt, m.admitted); c != nil {
-					a.release(c)
+					a.Release(c)
 					delete(m.admitted, k)
 				}
 			case 4: // an admitted append fails: tokens back, then released
 				if k, c := pick(rt, m.admitted); c != nil {
-					a.returnTokens(c.anchors)
+					a.ReturnTokens(c.Anchors)
 					m.give(c)
-					a.release(c)
+					a.Release(c)
 					delete(m.admitted, k)
 				}
 			case 5: // time passes
@@ -245,7 +244,7 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 				clock = clock.Add(-time.Duration(rapid.Int64Range(1, int64(time.Hour)).Draw(rt, "back")))
 			}
 			recs, bytes, per := m.inFlight()
-			if r, b := a.inFlight(); r != recs || b != bytes {
+			if r, b := a.InFlight(); r != recs || b != bytes {
 				rt.Fatalf("in flight %d records, %d bytes; the model has %d, %d", r, b, recs, bytes)
 			}
 			a.mu.Lock()
@@ -260,7 +259,7 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 			a.mu.Unlock()
 			if rate > 0 {
 				for _, id := range anchors {
-					got, want := a.tokens(id), m.refill(id, clock).tokens
+					got, want := a.Tokens(id), m.refill(id, clock).tokens
 					if math.Abs(got-want) > 1e-6 || got > a.burst {
 						rt.Fatalf("anchor %s: %.9f tokens, the model has %.9f (burst %g)", id, got, want, a.burst)
 					}
@@ -268,20 +267,20 @@ func TestAdmissionTokenAccountingModel(t *testing.T) {
 			}
 		}
 		for k, c := range m.admitted {
-			a.release(c)
+			a.Release(c)
 			delete(m.admitted, k)
 		}
-		if r, b := a.inFlight(); r != 0 || b != 0 || len(a.anchorRecs) != 0 || a.waiters != 0 {
+		if r, b := a.InFlight(); r != 0 || b != 0 || len(a.anchorRecs) != 0 || a.waiters != 0 {
 			rt.Fatalf("after every release: %d records, %d bytes, %d anchors, %d waiters", r, b, len(a.anchorRecs), a.waiters)
 		}
-		if n := a.gate.n.Load(); n != 0 {
+		if n := a.gate.Inside(); n != 0 {
 			rt.Fatalf("the close gate holds %d calls after every release", n)
 		}
 	})
 }
 
 // pick draws one admitted cost, or nil when there is none.
-func pick(rt *rapid.T, admitted map[int]*cost) (int, *cost) {
+func pick(rt *rapid.T, admitted map[int]*Cost) (int, *Cost) {
 	if len(admitted) == 0 {
 		return 0, nil
 	}
