@@ -87,6 +87,7 @@ type Outbox struct {
 	flushReq chan struct{}
 	stop     chan struct{}
 	bgDone   chan struct{}
+	fillDone chan struct{} // the id filter's scan has ended
 	bgCancel context.CancelFunc
 }
 
@@ -95,6 +96,8 @@ type Outbox struct {
 // that order them, the counts, and which records of the anchor it has seen.
 type state struct {
 	hot map[string]*hotEntry
+	// ids holds every id the outbox holds once ready (filter.go).
+	ids *idFilter
 	// dirty holds the entries in memory with records past the mark; clean
 	// the others, which a flush forgets once the index has applied them.
 	dirty    map[string]*hotEntry
@@ -284,13 +287,14 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 		db: db, name: name, anchor: AnchorPrefix + name, k: newKeys(name), opts: opts,
 		policy: opts.Policy, policyRef: opts.Policy.PolicyRef(), locks: newIDLocks(),
 		notifyCh: make(chan struct{}, 1), flushReq: make(chan struct{}, 1),
-		stop: make(chan struct{}), bgDone: make(chan struct{}),
+		stop: make(chan struct{}), bgDone: make(chan struct{}), fillDone: make(chan struct{}),
 	}
 	o.durable = !db.Options().NoSync && !opts.NoSync
 	if opts.NoSync {
 		o.wopts = []engine.WriteOption{engine.WithNoSync(true)}
 	}
 	o.st.hot = map[string]*hotEntry{}
+	o.st.ids = newIDFilter()
 	o.st.dirty, o.st.clean = map[string]*hotEntry{}, map[string]*hotEntry{}
 	o.st.reserved = map[string]bool{}
 	o.st.reservedRows = map[string]rowKey{}
@@ -313,8 +317,10 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 	o.bgCancel = cancel
 	if opts.ReadOnly {
 		close(o.bgDone)
+		close(o.fillDone)
 	} else {
 		go o.flusher(bg)
+		go o.fillFilter(bg)
 	}
 	return o, nil
 }
@@ -343,6 +349,7 @@ func (o *Outbox) Close() error {
 	close(o.stop)
 	<-o.bgDone
 	o.bgCancel()
+	<-o.fillDone
 	var err error
 	if !o.opts.ReadOnly {
 		err = o.flush(context.Background())
@@ -410,6 +417,7 @@ func (st *state) apply(id string, rc engine.Receipt, val []byte, e *Entry, prev 
 		// which is the state this record moved it from.
 		h = &hotEntry{rows: prev}
 		st.hot[id] = h
+		st.ids.add(id)
 	}
 	if seq <= h.seq {
 		return
@@ -546,7 +554,11 @@ func (o *Outbox) lookup(ctx context.Context, id string) (*Entry, bool, error) {
 		o.mu.RUnlock()
 		return e, true, nil
 	}
+	absent := o.st.absent(id)
 	o.mu.RUnlock()
+	if absent {
+		return nil, false, nil
+	}
 	v, err := o.db.GetApplied(ctx, o.k.entry(id))
 	if errors.Is(err, engine.ErrNotFound) {
 		if v.Deleted {
