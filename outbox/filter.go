@@ -18,7 +18,10 @@ import (
 // adds the ids the index held when the scan began; once that scan is done
 // the filter is ready, and an id it does not hold is one the outbox has
 // never held. Until then (and if the scan fails) every lookup asks the
-// index. It grows by filters of doubling capacity, each of about 16 bits
+// index. The scan reads every entry, so it starts only once it pays: when
+// the lookups that missed in the index since Open reach a fillPayback-th
+// of the entries there are (at once for an outbox of fewer than
+// fillPayback entries). It grows by filters of doubling capacity, each of about 16 bits
 // an id with 11 probes: a false positive (an index lookup that finds
 // nothing) about once in 2,000 lookups per filter.
 //
@@ -34,6 +37,12 @@ type bloomPart struct {
 	mask     uint64 // len(bits)*64 - 1: the bit count is a power of two
 	n, limit int
 }
+
+// fillPayback: the id filter's scan starts once the index lookups that
+// found nothing reach 1/fillPayback of the entries. A miss is a seek through
+// every level of the index; the scan reads an entry row in a fraction of
+// that, so by then it has about paid for itself.
+const fillPayback = 16
 
 const (
 	filterProbes   = 11
@@ -98,10 +107,21 @@ func (st *state) absent(id string) bool {
 }
 
 // fillFilter adds the id of every entry row in the index to the filter and
-// then makes it ready. It runs in the background from Open, after load, so
-// that every entry the index does not hold yet is one the Outbox takes in
-// itself (and adds). It gives up, leaving the filter unready, when ctx ends
-// or the scan fails.
+// then makes it ready. It runs in the background, started after Open's
+// load (maybeFill), so that every entry the index does not hold yet is one
+// maybeFill starts the filter's scan, once, when the misses warrant it.
+// Close makes sure it never starts after.
+func (o *Outbox) maybeFill() {
+	if o.misses.Load() >= o.fillAfter {
+		o.fillOnce.Do(func() { go o.fillFilter(o.bgCtx) })
+	}
+}
+
+// fillFilter adds the id of every entry row in the index to the filter and
+// then makes it ready. It runs in the background, started after Open's
+// load (maybeFill), so that every entry the index does not hold yet is one
+// the Outbox takes in itself (and adds). It gives up, leaving the filter
+// unready, when ctx ends or the scan fails.
 func (o *Outbox) fillFilter(ctx context.Context) {
 	defer close(o.fillDone)
 	const chunk = 4096

@@ -71,6 +71,19 @@ func TestReopenedOutboxKnowsItsIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ob.Close()
+	// The scan starts once the lookups that missed in the index reach a
+	// sixteenth of the entries.
+	ob.mu.RLock()
+	started := ob.st.ids.ready
+	ob.mu.RUnlock()
+	if started || ob.fillAfter != n/fillPayback {
+		t.Fatalf("filter ready at open (%v), or its scan to start after %d misses, not %d", started, ob.fillAfter, n/fillPayback)
+	}
+	for i := range n / fillPayback {
+		if _, found, err := ob.Get(ctx, fmt.Sprintf("absent-%d", i)); err != nil || found {
+			t.Fatalf("get of an id never enqueued: %v %v", found, err)
+		}
+	}
 	<-ob.fillDone
 	ob.mu.RLock()
 	ready := ob.st.ids.ready

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -89,8 +90,14 @@ type Outbox struct {
 	flushReq chan struct{}
 	stop     chan struct{}
 	bgDone   chan struct{}
-	fillDone chan struct{} // the id filter's scan has ended
+	fillDone chan struct{} // the id filter's scan has ended, or will never start
+	bgCtx    context.Context
 	bgCancel context.CancelFunc
+	// The id filter's scan starts once (fillOnce) the lookups that missed
+	// in the index reach fillAfter (filter.go).
+	fillOnce  sync.Once
+	misses    atomic.Int64
+	fillAfter int64
 }
 
 // state is the Outbox's memory: the entries changed since the last flush
@@ -319,13 +326,18 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	o.bgCancel = cancel
+	o.bgCtx, o.bgCancel = bg, cancel
 	if opts.ReadOnly {
 		close(o.bgDone)
-		close(o.fillDone)
+		o.fillOnce.Do(func() { close(o.fillDone) }) // no filter: nothing is enqueued
 	} else {
 		go o.flusher(bg)
-		go o.fillFilter(bg)
+		var n int64
+		for _, c := range o.st.counts {
+			n += c
+		}
+		o.fillAfter = n / fillPayback
+		o.maybeFill()
 	}
 	return o, nil
 }
@@ -354,6 +366,7 @@ func (o *Outbox) Close() error {
 	close(o.stop)
 	<-o.bgDone
 	o.bgCancel()
+	o.fillOnce.Do(func() { close(o.fillDone) }) // if it never started
 	<-o.fillDone
 	var err error
 	if !o.opts.ReadOnly {
@@ -566,6 +579,8 @@ func (o *Outbox) lookup(ctx context.Context, id string) (*Entry, bool, error) {
 	}
 	v, err := o.db.GetApplied(ctx, o.k.entry(id))
 	if errors.Is(err, engine.ErrNotFound) {
+		o.misses.Add(1)
+		o.maybeFill()
 		if v.Deleted {
 			return nil, false, errs.New(errs.CodeIndexMismatch, "outbox %q entry %q: its row was deleted (seq %d): an id is never freed", o.name, id, v.Seq)
 		}
