@@ -23,9 +23,6 @@ type cand struct {
 	it     item
 }
 
-// maxScanTries bounds the scans a claim's selection races flushes with.
-const maxScanTries = 3
-
 func candLess(a, b *cand) bool {
 	if a.at != b.at {
 		return a.at < b.at
@@ -162,45 +159,29 @@ func (o *Outbox) claimHeld(ctx context.Context, ids []string, rows map[string]*c
 // selectCands picks up to n candidates due at now and reserves them, so
 // that concurrent claims pick others. rows holds those taken from rows.
 //
-// A row read here says an entry not in memory is in the row's state only
-// if no flush forgot entries meanwhile. A flush that wrote the entry's new
-// rows and then forgot it between this scan (an iterator on the index
-// before that flush) and the check would make a stale row look current,
-// and claim an entry that is done. So the scan is taken again when a flush
-// forgot entries during it (state.forgets); after maxScanTries it holds
-// flushMu, which keeps flushes out, rather than race them again. (Holding
-// flushMu for every scan made each claim wait for a flush's whole append
-// and fsync: with 16 workers delivering, the flush was most of the waits
-// on the Outbox's locks.)
+// It holds flushMu: a row read here says an entry not in memory is in the
+// row's state only while no flush forgets entries. A flush that wrote the
+// entry's new rows and then forgot it between this scan (an iterator on
+// the index before that flush) and the check would make a stale row look
+// current, and claim an entry that is done.
 func (o *Outbox) selectCands(ctx context.Context, n int, now int64) (ids []string, rows map[string]*cand, err error) {
 	o.claimMu.Lock()
 	defer o.claimMu.Unlock()
-	var rRows, lRows []*cand
-	var rCur, lCur []byte
-	var epoch uint64
-	for try := 1; ; try++ {
-		if try == maxScanTries {
-			o.flushMu.Lock()
-			defer o.flushMu.Unlock()
-		}
-		o.mu.Lock()
-		var forgets uint64
-		rCur, lCur, epoch, forgets = o.st.from[0], o.st.from[1], o.st.cursorEpoch, o.st.forgets
-		o.mu.Unlock()
-		rRows, err = o.scanRows(ctx, kindReady, rCur, now, n)
-		if err != nil {
-			return nil, nil, err
-		}
-		lRows, err = o.scanRows(ctx, kindLease, lCur, now, n)
-		if err != nil {
-			return nil, nil, err
-		}
-		o.mu.Lock()
-		if o.st.forgets == forgets {
-			break // o.mu stays held
-		}
-		o.mu.Unlock()
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
+	o.mu.Lock()
+	rCur, lCur, epoch := o.st.from[0], o.st.from[1], o.st.cursorEpoch
+	o.mu.Unlock()
+	rRows, err := o.scanRows(ctx, kindReady, rCur, now, n)
+	if err != nil {
+		return nil, nil, err
 	}
+	lRows, err := o.scanRows(ctx, kindLease, lCur, now, n)
+	if err != nil {
+		return nil, nil, err
+	}
+
+	o.mu.Lock()
 	defer o.mu.Unlock()
 	var all []*cand
 	for _, rows := range [][]*cand{rRows, lRows} {

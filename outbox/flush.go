@@ -392,16 +392,11 @@ func (o *Outbox) flush(ctx context.Context) error {
 	}
 	o.mu.Lock()
 	o.st.probe = info.Records
-	forgot := false
 	for id, h := range o.st.clean {
 		if h.seq <= W && !o.st.reserved[id] {
 			delete(o.st.hot, id)
 			delete(o.st.clean, id)
-			forgot = true
 		}
-	}
-	if forgot {
-		o.st.forgets++
 	}
 	o.mu.Unlock()
 	return nil

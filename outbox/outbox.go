@@ -75,9 +75,7 @@ type Outbox struct {
 	closed bool
 
 	// claimMu orders the selection of claim candidates (it is not held
-	// across an append). flushMu orders flushes; readers of the rows that
-	// must not see an entry forgotten meanwhile hold it too (a claim's
-	// selection checks state.forgets instead).
+	// across an append). flushMu orders flushes.
 	claimMu sync.Mutex
 	flushMu sync.Mutex
 
@@ -129,9 +127,6 @@ type state struct {
 	// mark persists them. cursorEpoch counts the rewinds.
 	from        [2][]byte
 	cursorEpoch uint64
-	// forgets counts the flushes that forgot entries (a claim's scan that
-	// overlapped one takes its rows again).
-	forgets uint64
 
 	counts counts // every record seen
 	mark   mark   // what the rows stand at
