@@ -523,7 +523,7 @@ func (o *Outbox) rematerialize(ctx context.Context) error {
 		return err
 	}
 	last := rs[len(rs)-1].Seq
-	o.st = state{hot: map[string]*hotEntry{}, dirty: map[string]*hotEntry{}, clean: map[string]*hotEntry{},
+	o.st = state{hot: map[string]*hotEntry{}, ids: o.st.ids, dirty: map[string]*hotEntry{}, clean: map[string]*hotEntry{},
 		reserved: map[string]bool{}, reservedRows: map[string]rowKey{}, ahead: map[uint64]delta{},
 		counts: c, mark: m, contig: last, maxSeen: last, probe: last}
 	return nil

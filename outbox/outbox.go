@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anchordb/anchordb/engine"
@@ -87,7 +88,14 @@ type Outbox struct {
 	flushReq chan struct{}
 	stop     chan struct{}
 	bgDone   chan struct{}
+	fillDone chan struct{} // the id filter's scan has ended, or will never start
+	bgCtx    context.Context
 	bgCancel context.CancelFunc
+	// The id filter's scan starts once (fillOnce) the lookups that missed
+	// in the index reach fillAfter (filter.go).
+	fillOnce  sync.Once
+	misses    atomic.Int64
+	fillAfter int64
 }
 
 // state is the Outbox's memory: the entries changed since the last flush
@@ -95,6 +103,8 @@ type Outbox struct {
 // that order them, the counts, and which records of the anchor it has seen.
 type state struct {
 	hot map[string]*hotEntry
+	// ids holds every id the outbox holds once ready (filter.go).
+	ids *idFilter
 	// dirty holds the entries in memory with records past the mark; clean
 	// the others, which a flush forgets once the index has applied them.
 	dirty    map[string]*hotEntry
@@ -284,13 +294,14 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 		db: db, name: name, anchor: AnchorPrefix + name, k: newKeys(name), opts: opts,
 		policy: opts.Policy, policyRef: opts.Policy.PolicyRef(), locks: newIDLocks(),
 		notifyCh: make(chan struct{}, 1), flushReq: make(chan struct{}, 1),
-		stop: make(chan struct{}), bgDone: make(chan struct{}),
+		stop: make(chan struct{}), bgDone: make(chan struct{}), fillDone: make(chan struct{}),
 	}
 	o.durable = !db.Options().NoSync && !opts.NoSync
 	if opts.NoSync {
 		o.wopts = []engine.WriteOption{engine.WithNoSync(true)}
 	}
 	o.st.hot = map[string]*hotEntry{}
+	o.st.ids = newIDFilter()
 	o.st.dirty, o.st.clean = map[string]*hotEntry{}, map[string]*hotEntry{}
 	o.st.reserved = map[string]bool{}
 	o.st.reservedRows = map[string]rowKey{}
@@ -310,11 +321,18 @@ func Open(ctx context.Context, db *engine.DB, name string, opts Options) (*Outbo
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	o.bgCancel = cancel
+	o.bgCtx, o.bgCancel = bg, cancel
 	if opts.ReadOnly {
 		close(o.bgDone)
+		o.fillOnce.Do(func() { close(o.fillDone) }) // no filter: nothing is enqueued
 	} else {
 		go o.flusher(bg)
+		var n int64
+		for _, c := range o.st.counts {
+			n += c
+		}
+		o.fillAfter = n / fillPayback
+		o.maybeFill()
 	}
 	return o, nil
 }
@@ -343,6 +361,8 @@ func (o *Outbox) Close() error {
 	close(o.stop)
 	<-o.bgDone
 	o.bgCancel()
+	o.fillOnce.Do(func() { close(o.fillDone) }) // if it never started
+	<-o.fillDone
 	var err error
 	if !o.opts.ReadOnly {
 		err = o.flush(context.Background())
@@ -410,6 +430,7 @@ func (st *state) apply(id string, rc engine.Receipt, val []byte, e *Entry, prev 
 		// which is the state this record moved it from.
 		h = &hotEntry{rows: prev}
 		st.hot[id] = h
+		st.ids.add(id)
 	}
 	if seq <= h.seq {
 		return
@@ -546,9 +567,15 @@ func (o *Outbox) lookup(ctx context.Context, id string) (*Entry, bool, error) {
 		o.mu.RUnlock()
 		return e, true, nil
 	}
+	absent := o.st.absent(id)
 	o.mu.RUnlock()
+	if absent {
+		return nil, false, nil
+	}
 	v, err := o.db.GetApplied(ctx, o.k.entry(id))
 	if errors.Is(err, engine.ErrNotFound) {
+		o.misses.Add(1)
+		o.maybeFill()
 		if v.Deleted {
 			return nil, false, errs.New(errs.CodeIndexMismatch, "outbox %q entry %q: its row was deleted (seq %d): an id is never freed", o.name, id, v.Seq)
 		}
