@@ -3,9 +3,9 @@ package engine
 import (
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 )
 
@@ -29,11 +29,81 @@ import (
 // 1,000 anchors written by 64 goroutines cost one fdatasync per group, not
 // one per anchor (SPEC §3): segment files are fsynced later, when settled.
 
+// commitEnv is what the commit pipeline needs of the database. The
+// pipeline (queue and leadership, the syncer, the applier's turn and
+// visibility) is this file; the database's side is group.go (build) and
+// apply.go (apply). Tests give it a fake env and run it without a DB.
+type commitEnv struct {
+	// build runs in the leader, one group at a time, in journal order: it
+	// validates and places reqs, writes the group's journal block and
+	// returns the group with id set. Groups are numbered from 1.
+	build func(id uint64, reqs []*request) *group
+	// syncTo makes the journal durable through end. It runs in the syncer.
+	syncTo func(end journal.Pos) error
+	// apply applies written (and, if durable, synced) groups in journal
+	// order: in the applier, or in a leader applying its group inline with
+	// nothing in flight.
+	apply func(groups []*group)
+	// release returns a group to its pool once every request is complete.
+	release func(g *group)
+	// failed returns why writes stopped, or nil.
+	failed func() error
+	// fail stops writes and returns the error every later write gets.
+	fail func(err error) error
+	// beforeApply, when set (by tests, before the first append), runs in
+	// the applier before each round of groups is applied.
+	beforeApply func()
+}
+
+// commitPipeline is group commit: the queue and leadership, the syncer and
+// the applier goroutines, and what is visible to reads.
+type commitPipeline struct {
+	env     commitEnv
+	leader  committer
+	applier applier
+	vis     visibility
+	stop    chan struct{} // closed by close: the syncer and the applier end
+	done    sync.WaitGroup
+}
+
+// committer is the queue of requests and who leads.
 type committer struct {
 	mu      sync.Mutex
 	queue   []*request
 	leading bool
-	groups  uint64 // groups built; owned by the leader
+	built   uint64 // groups built; owned by the leader
+}
+
+// newCommitPipeline returns a pipeline over env; start runs its goroutines.
+func newCommitPipeline(env commitEnv) *commitPipeline {
+	p := &commitPipeline{}
+	p.init(env)
+	return p
+}
+
+// init readies a zero pipeline to run over env.
+func (p *commitPipeline) init(env commitEnv) {
+	p.env = env
+	p.stop = make(chan struct{})
+	p.applier.signal = make(chan struct{}, 1)
+	p.applier.ready = make(chan struct{}, 1)
+}
+
+// start runs the syncer and the applier.
+func (p *commitPipeline) start() {
+	p.done.Add(2)
+	go p.runSyncer()
+	go p.runApplier()
+}
+
+// close stops the syncer and the applier once the appends in flight are
+// complete (the caller has drained them), and releases every reader still
+// waiting for an apply.
+func (p *commitPipeline) close() {
+	close(p.stop)
+	p.done.Wait()
+	p.vis.stopped.Store(true)
+	p.vis.wake() // a read still waiting for the applier waits no longer
 }
 
 // request is one caller's append (one or more records, atomic together) or a
@@ -106,9 +176,9 @@ func freeRequest(r *request) {
 	requestPool.Put(r)
 }
 
-// submit runs req through group commit and returns when it is complete.
-func (db *DB) submit(req *request) {
-	c := &db.commit
+// commit runs req through group commit and returns when it is complete.
+func (p *commitPipeline) commit(req *request) {
+	c := &p.leader
 	req.journalBytes = req.journalSize()
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
@@ -123,20 +193,21 @@ func (db *DB) submit(req *request) {
 		c.leading = true
 		c.mu.Unlock()
 	}
-	db.lead(req)
+	p.lead(req)
 }
 
 // lead commits the queued requests as one group, hands leadership on, and
 // returns once self is complete.
-func (db *DB) lead(self *request) {
-	c := &db.commit
+func (p *commitPipeline) lead(self *request) {
+	c := &p.leader
 	c.mu.Lock()
 	reqs, rest := takeGroup(c.queue)
 	c.queue = append(make([]*request, 0, len(c.queue)), rest...)
 	c.mu.Unlock()
 
-	g := db.buildGroup(reqs)
-	outcome, acked := db.applier.handOff(db, g)
+	c.built++
+	g := p.env.build(c.built, reqs)
+	outcome, acked := p.handOff(g)
 
 	// Hand leadership to the oldest queued request, if any.
 	c.mu.Lock()
@@ -151,7 +222,7 @@ func (db *DB) lead(self *request) {
 
 	switch outcome {
 	case appliedInline:
-		db.complete(g, self)
+		p.complete(g, self)
 		return
 	case acknowledgedEarly:
 		for _, r := range acked {
@@ -168,9 +239,9 @@ func (db *DB) lead(self *request) {
 // caller (except skip, whose caller is the current goroutine). A request must
 // not be touched after its caller is woken: it goes back to the pool. The
 // callers of a group acknowledged early are gone already.
-func (db *DB) complete(g *group, skip *request) {
+func (p *commitPipeline) complete(g *group, skip *request) {
 	if g.early {
-		g.release()
+		p.env.release(g)
 		return
 	}
 	for _, r := range g.reqs {
@@ -181,7 +252,7 @@ func (db *DB) complete(g *group, skip *request) {
 			r.wake <- struct{}{}
 		}
 	}
-	g.release()
+	p.env.release(g)
 }
 
 // applier applies written groups in journal order. Two goroutines share the
@@ -202,11 +273,6 @@ type applier struct {
 	ready      chan struct{}
 }
 
-func (ap *applier) init() {
-	ap.signal = make(chan struct{}, 1)
-	ap.ready = make(chan struct{}, 1)
-}
-
 // handOffOutcome says what became of a group the leader handed off.
 type handOffOutcome int
 
@@ -224,12 +290,13 @@ const (
 // for the leader to wake. Past the backlog bound it is applied by its
 // leader when nothing is ahead of it, so a lone writer never switches
 // goroutines. Anything else goes to the syncer.
-func (ap *applier) handOff(db *DB, g *group) (handOffOutcome, []*request) {
+func (p *commitPipeline) handOff(g *group) (handOffOutcome, []*request) {
+	ap := &p.applier
 	ap.mu.Lock()
 	if !g.sync && len(ap.queue) == 0 && ap.syncing == 0 {
 		// Every group ahead of g is synced (in ap.synced or applied), so
 		// the acknowledged id may pass them.
-		if db.failed.Load() == nil && ap.ackEarly(db, g) {
+		if p.env.failed() == nil && p.ackEarly(g) {
 			reqs := g.reqs // the applier may release g once it is unlocked
 			ap.synced = append(ap.synced, g)
 			ap.inFlight++
@@ -240,7 +307,7 @@ func (ap *applier) handOff(db *DB, g *group) (handOffOutcome, []*request) {
 		if ap.inFlight == 0 {
 			ap.inFlight++
 			ap.mu.Unlock()
-			db.applyGroup(g)
+			p.env.apply([]*group{g})
 			ap.mu.Lock()
 			ap.inFlight--
 			ap.mu.Unlock()
@@ -262,12 +329,13 @@ func notify(c chan struct{}) {
 }
 
 // runSyncer is the syncer goroutine.
-func (ap *applier) runSyncer(db *DB) {
-	defer db.bg.Done()
+func (p *commitPipeline) runSyncer() {
+	defer p.done.Done()
+	ap := &p.applier
 	for {
 		select {
 		case <-ap.signal:
-		case <-db.stopApplier:
+		case <-p.stop:
 			return
 		}
 		for {
@@ -281,12 +349,9 @@ func (ap *applier) runSyncer(db *DB) {
 			}
 			for i := len(groups) - 1; i >= 0; i-- {
 				if groups[i].sync {
-					start := time.Now()
-					err := db.journal.SyncTo(groups[i].end)
-					db.metrics.syncMicros.record(uint64(time.Since(start).Microseconds()))
-					db.metrics.journalSyncs.Add(1)
+					err := p.env.syncTo(groups[i].end)
 					if err != nil {
-						err = db.fail(err)
+						err = p.env.fail(err)
 						for _, g := range groups {
 							if g.err == nil {
 								g.err = err
@@ -299,7 +364,7 @@ func (ap *applier) runSyncer(db *DB) {
 			ap.mu.Lock()
 			ap.synced = append(ap.synced, groups...)
 			ap.syncing = 0
-			early := ap.acknowledge(db, groups)
+			early := p.acknowledge(groups)
 			ap.mu.Unlock()
 			notify(ap.ready)
 			// The applier may apply and release them from here on: only
@@ -331,8 +396,8 @@ func (ap *applier) runSyncer(db *DB) {
 // so the applier cannot apply and release a group while it is marked; the
 // acknowledged id is published before any caller wakes, so a read that
 // follows an append waits for it.
-func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
-	if db.failed.Load() != nil {
+func (p *commitPipeline) acknowledge(groups []*group) [][]*request {
+	if p.env.failed() != nil {
 		// After a failed journal fsync the file may have lost pages below
 		// these groups' blocks although their own fsync succeeded (Linux
 		// drops the dirty pages of a failed fdatasync). Whatever failed,
@@ -341,7 +406,7 @@ func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
 	}
 	var early [][]*request
 	for _, g := range groups {
-		if !ap.ackEarly(db, g) {
+		if !p.ackEarly(g) {
 			break // in journal order: nothing after a group left to the applier
 		}
 		early = append(early, g.reqs)
@@ -352,7 +417,8 @@ func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
 // ackEarly marks g, written and (if durable) synced, as acknowledged before
 // its apply, unless it must be completed by the applier: it failed, it
 // carries settle marks, or the backlog is full. It runs under ap.mu.
-func (ap *applier) ackEarly(db *DB, g *group) bool {
+func (p *commitPipeline) ackEarly(g *group) bool {
+	ap := &p.applier
 	if g.err != nil || len(g.marks) > 0 ||
 		ap.earlyRecs+g.records > maxEarlyRecords || ap.earlyBytes+len(g.block) > maxEarlyBytes {
 		return false
@@ -360,17 +426,18 @@ func (ap *applier) ackEarly(db *DB, g *group) bool {
 	g.early = true
 	ap.earlyRecs += g.records
 	ap.earlyBytes += len(g.block)
-	db.vis.acked.Store(g.id)
+	p.vis.acked.Store(g.id)
 	return true
 }
 
 // runApplier is the applier goroutine.
-func (ap *applier) runApplier(db *DB) {
-	defer db.bg.Done()
+func (p *commitPipeline) runApplier() {
+	defer p.done.Done()
+	ap := &p.applier
 	for {
 		select {
 		case <-ap.ready:
-		case <-db.stopApplier:
+		case <-p.stop:
 			return
 		}
 		for {
@@ -381,10 +448,10 @@ func (ap *applier) runApplier(db *DB) {
 			if len(groups) == 0 {
 				break
 			}
-			if db.testBeforeApply != nil {
-				db.testBeforeApply()
+			if p.env.beforeApply != nil {
+				p.env.beforeApply()
 			}
-			db.applyGroups(groups)
+			p.env.apply(groups)
 			var applied uint64
 			for _, g := range groups {
 				if g.err == nil {
@@ -392,7 +459,7 @@ func (ap *applier) runApplier(db *DB) {
 				}
 			}
 			if applied > 0 {
-				db.vis.advance(applied)
+				p.vis.advance(applied)
 			}
 			ap.mu.Lock()
 			for _, g := range groups {
@@ -403,7 +470,7 @@ func (ap *applier) runApplier(db *DB) {
 			}
 			ap.mu.Unlock()
 			for _, g := range groups {
-				db.complete(g, nil)
+				p.complete(g, nil)
 			}
 			ap.mu.Lock()
 			ap.inFlight -= len(groups)

@@ -68,21 +68,21 @@ func (v *visibility) wake() {
 // visible to reads. It returns the database's failure if one stopped the
 // applier short of that (the appends are durable in the journal and the
 // next open applies them), or the context's error.
-func (db *DB) awaitVisible(ctx context.Context) error {
-	v := &db.vis
+func (p *commitPipeline) awaitVisible(ctx context.Context) error {
+	v := &p.vis
 	target := v.acked.Load()
 	for {
 		if v.applied.Load() >= target {
 			return nil
 		}
-		if f := db.failed.Load(); f != nil {
+		if f := p.env.failed(); f != nil {
 			return f
 		}
 		if v.stopped.Load() {
 			return errClosed
 		}
 		v.mu.Lock()
-		if v.applied.Load() >= target || db.failed.Load() != nil || v.stopped.Load() {
+		if v.applied.Load() >= target || p.env.failed() != nil || v.stopped.Load() {
 			v.mu.Unlock()
 			continue
 		}
