@@ -24,7 +24,7 @@ type group struct {
 	db      *DB
 	id      uint64 // groups are numbered in journal order, from 1
 	reqs    []*request
-	early   bool // its callers were woken before the apply (visibility.go)
+	early   bool // its callers were woken before the apply (commit.go)
 	batch   *pebble.Batch
 	pending map[*anchor]*pendingAnchor
 	order   []*pendingAnchor // first-touch order: the order segment writes happen in
