@@ -23,8 +23,8 @@ import (
 //
 // The rest happens in order, group after group: one fdatasync of the
 // journal covering every waiting group, after which the syncer wakes their
-// callers (see "Acknowledged before applied" below), then in the applier for each group its segment
-// writes (one per anchor) and its index batch. A NoSync group needs no
+// callers ("Acknowledged before applied", below), then in the applier for
+// each group its segment writes (one per anchor) and its index batch. A NoSync group needs no
 // fsync: with no durable group ahead of it, its leader acknowledges it at
 // once and the applier applies it behind (handOff).
 //
