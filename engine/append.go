@@ -179,7 +179,7 @@ func (db *DB) appendEntries(ctx context.Context, entries []Entry, opts []WriteOp
 
 	req := newRequest()
 	req.entries, req.sync = entries, sync
-	db.submit(req)
+	db.commit.commit(req)
 	rs, err = req.receipts, req.err
 	freeRequest(req)
 	if err != nil {
@@ -262,7 +262,7 @@ func (db *DB) knownIdem(anchor string, key []byte) (e schema.Idem, found, pendin
 	db.idemMu.Unlock()
 	if found {
 		// Acknowledged but not yet applied is committed, not in flight.
-		return pi.Idem, true, pi.group > db.vis.acked.Load(), nil
+		return pi.Idem, true, pi.group > db.commit.vis.acked.Load(), nil
 	}
 	// A read of the index, which Close waits for before it closes it: the
 	// append is not admitted yet, so admission's gate does not hold Close.

@@ -15,15 +15,11 @@ import (
 // Merkle nodes, one merged Pebble batch per round, and publishing the
 // anchors' visible heads. It runs in journal order (commit.go).
 
-// applyGroup runs in journal order, after the group's journal block is
-// durable (or at once for NoSync): it buffers the segment bytes, applies the
-// index batch and makes the group visible.
-func (db *DB) applyGroup(g *group) {
-	db.applyGroups([]*group{g})
-}
-
-// applyGroups applies consecutive groups, their index batches merged into
-// one: one trip through Pebble's commit pipeline for all of them.
+// applyGroups applies consecutive groups in journal order, after their
+// journal blocks are durable (or at once for NoSync): it buffers the segment
+// bytes and applies the index batches, merged into one: one trip through
+// Pebble's commit pipeline for all of them. The commit pipeline then makes
+// the groups visible (commit.go).
 func (db *DB) applyGroups(groups []*group) {
 	defer func() {
 		for _, g := range groups {

@@ -176,7 +176,7 @@ func TestIngestRacingCloseDoesNotReadClosedIndex(t *testing.T) {
 	// file opened is in pass 1. The hook is set before the first append
 	// (the applier reads it), and arms only once the ingest has begun.
 	var ingesting atomic.Bool
-	dst.testBeforeApply = func() {
+	dst.commit.env.beforeApply = func() {
 		if ingesting.Load() {
 			hfs.armed.Store(true)
 		}

@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"context"
 	"runtime"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
+	"github.com/anchordb/anchordb/internal/journal"
 	"github.com/anchordb/anchordb/segment"
 )
 
@@ -21,19 +23,89 @@ import (
 //
 // The rest happens in order, group after group: one fdatasync of the
 // journal covering every waiting group, after which the syncer wakes their
-// callers (visibility.go), then in the applier for each group its segment
-// writes (one per anchor) and its index batch. A NoSync group needs no
+// callers ("Acknowledged before applied", below), then in the applier for
+// each group its segment writes (one per anchor) and its index batch. A NoSync group needs no
 // fsync: with no durable group ahead of it, its leader acknowledges it at
 // once and the applier applies it behind (handOff).
 //
 // 1,000 anchors written by 64 goroutines cost one fdatasync per group, not
 // one per anchor (SPEC §3): segment files are fsynced later, when settled.
 
+// commitEnv is what the commit pipeline needs of the database. The
+// pipeline (queue and leadership, the syncer, the applier's turn and
+// visibility) is this file; the database's side is group.go (build) and
+// apply.go (apply). Tests give it a fake env and run it without a DB.
+type commitEnv struct {
+	// build runs in the leader, one group at a time, in journal order: it
+	// validates and places reqs, writes the group's journal block and
+	// returns the group with id set. Groups are numbered from 1.
+	build func(id uint64, reqs []*request) *group
+	// syncTo makes the journal durable through end. It runs in the syncer.
+	syncTo func(end journal.Pos) error
+	// apply applies written (and, if durable, synced) groups in journal
+	// order: in the applier, or in a leader applying its group inline with
+	// nothing in flight.
+	apply func(groups []*group)
+	// release returns a group to its pool once every request is complete.
+	release func(g *group)
+	// failed returns why writes stopped, or nil.
+	failed func() error
+	// fail stops writes and returns the error every later write gets.
+	fail func(err error) error
+	// beforeApply, when set (by tests, before the first append), runs in
+	// the applier before each round of groups is applied.
+	beforeApply func()
+}
+
+// commitPipeline is group commit: the queue and leadership, the syncer and
+// the applier goroutines, and what is visible to reads.
+type commitPipeline struct {
+	env     commitEnv
+	leader  committer
+	applier applier
+	vis     visibility
+	stop    chan struct{} // closed by close: the syncer and the applier end
+	done    sync.WaitGroup
+}
+
+// committer is the queue of requests and who leads.
 type committer struct {
 	mu      sync.Mutex
 	queue   []*request
 	leading bool
-	groups  uint64 // groups built; owned by the leader
+	built   uint64 // groups built; owned by the leader
+}
+
+// newCommitPipeline returns a pipeline over env; start runs its goroutines.
+func newCommitPipeline(env commitEnv) *commitPipeline {
+	p := &commitPipeline{}
+	p.init(env)
+	return p
+}
+
+// init readies a zero pipeline to run over env.
+func (p *commitPipeline) init(env commitEnv) {
+	p.env = env
+	p.stop = make(chan struct{})
+	p.applier.signal = make(chan struct{}, 1)
+	p.applier.ready = make(chan struct{}, 1)
+}
+
+// start runs the syncer and the applier.
+func (p *commitPipeline) start() {
+	p.done.Add(2)
+	go p.runSyncer()
+	go p.runApplier()
+}
+
+// close stops the syncer and the applier once the appends in flight are
+// complete (the caller has drained them), and releases every reader still
+// waiting for an apply.
+func (p *commitPipeline) close() {
+	close(p.stop)
+	p.done.Wait()
+	p.vis.stopped.Store(true)
+	p.vis.wake() // a read still waiting for the applier waits no longer
 }
 
 // request is one caller's append (one or more records, atomic together) or a
@@ -106,9 +178,9 @@ func freeRequest(r *request) {
 	requestPool.Put(r)
 }
 
-// submit runs req through group commit and returns when it is complete.
-func (db *DB) submit(req *request) {
-	c := &db.commit
+// commit runs req through group commit and returns when it is complete.
+func (p *commitPipeline) commit(req *request) {
+	c := &p.leader
 	req.journalBytes = req.journalSize()
 	c.mu.Lock()
 	c.queue = append(c.queue, req)
@@ -123,20 +195,21 @@ func (db *DB) submit(req *request) {
 		c.leading = true
 		c.mu.Unlock()
 	}
-	db.lead(req)
+	p.lead(req)
 }
 
 // lead commits the queued requests as one group, hands leadership on, and
 // returns once self is complete.
-func (db *DB) lead(self *request) {
-	c := &db.commit
+func (p *commitPipeline) lead(self *request) {
+	c := &p.leader
 	c.mu.Lock()
 	reqs, rest := takeGroup(c.queue)
 	c.queue = append(make([]*request, 0, len(c.queue)), rest...)
 	c.mu.Unlock()
 
-	g := db.buildGroup(reqs)
-	outcome, acked := db.applier.handOff(db, g)
+	c.built++
+	g := p.env.build(c.built, reqs)
+	outcome, acked := p.handOff(g)
 
 	// Hand leadership to the oldest queued request, if any.
 	c.mu.Lock()
@@ -151,7 +224,7 @@ func (db *DB) lead(self *request) {
 
 	switch outcome {
 	case appliedInline:
-		db.complete(g, self)
+		p.complete(g, self)
 		return
 	case acknowledgedEarly:
 		for _, r := range acked {
@@ -168,9 +241,9 @@ func (db *DB) lead(self *request) {
 // caller (except skip, whose caller is the current goroutine). A request must
 // not be touched after its caller is woken: it goes back to the pool. The
 // callers of a group acknowledged early are gone already.
-func (db *DB) complete(g *group, skip *request) {
+func (p *commitPipeline) complete(g *group, skip *request) {
 	if g.early {
-		g.release()
+		p.env.release(g)
 		return
 	}
 	for _, r := range g.reqs {
@@ -181,12 +254,12 @@ func (db *DB) complete(g *group, skip *request) {
 			r.wake <- struct{}{}
 		}
 	}
-	g.release()
+	p.env.release(g)
 }
 
 // applier applies written groups in journal order. Two goroutines share the
 // work: the syncer takes every waiting group, fsyncs the journal once for
-// all of them and wakes their callers (visibility.go); the applier applies
+// all of them and wakes their callers (visibility, below); the applier applies
 // synced groups to the segments and the index and wakes the callers the
 // syncer left to it. The next fsync runs while the previous groups are
 // applied.
@@ -196,15 +269,10 @@ type applier struct {
 	syncing    int      // groups the syncer has taken from queue and not yet passed on
 	synced     []*group // synced, waiting for the applier
 	inFlight   int      // groups queued or being applied
-	earlyBytes int      // acknowledged, not yet applied (visibility.go): journal bytes ...
+	earlyBytes int      // acknowledged, not yet applied (visibility, below): journal bytes ...
 	earlyRecs  int      // ... and records
 	signal     chan struct{}
 	ready      chan struct{}
-}
-
-func (ap *applier) init() {
-	ap.signal = make(chan struct{}, 1)
-	ap.ready = make(chan struct{}, 1)
 }
 
 // handOffOutcome says what became of a group the leader handed off.
@@ -224,12 +292,13 @@ const (
 // for the leader to wake. Past the backlog bound it is applied by its
 // leader when nothing is ahead of it, so a lone writer never switches
 // goroutines. Anything else goes to the syncer.
-func (ap *applier) handOff(db *DB, g *group) (handOffOutcome, []*request) {
+func (p *commitPipeline) handOff(g *group) (handOffOutcome, []*request) {
+	ap := &p.applier
 	ap.mu.Lock()
 	if !g.sync && len(ap.queue) == 0 && ap.syncing == 0 {
 		// Every group ahead of g is synced (in ap.synced or applied), so
 		// the acknowledged id may pass them.
-		if db.failed.Load() == nil && ap.ackEarly(db, g) {
+		if p.env.failed() == nil && p.ackEarly(g) {
 			reqs := g.reqs // the applier may release g once it is unlocked
 			ap.synced = append(ap.synced, g)
 			ap.inFlight++
@@ -240,7 +309,7 @@ func (ap *applier) handOff(db *DB, g *group) (handOffOutcome, []*request) {
 		if ap.inFlight == 0 {
 			ap.inFlight++
 			ap.mu.Unlock()
-			db.applyGroup(g)
+			p.env.apply([]*group{g})
 			ap.mu.Lock()
 			ap.inFlight--
 			ap.mu.Unlock()
@@ -262,12 +331,13 @@ func notify(c chan struct{}) {
 }
 
 // runSyncer is the syncer goroutine.
-func (ap *applier) runSyncer(db *DB) {
-	defer db.bg.Done()
+func (p *commitPipeline) runSyncer() {
+	defer p.done.Done()
+	ap := &p.applier
 	for {
 		select {
 		case <-ap.signal:
-		case <-db.stopApplier:
+		case <-p.stop:
 			return
 		}
 		for {
@@ -281,12 +351,9 @@ func (ap *applier) runSyncer(db *DB) {
 			}
 			for i := len(groups) - 1; i >= 0; i-- {
 				if groups[i].sync {
-					start := time.Now()
-					err := db.journal.SyncTo(groups[i].end)
-					db.metrics.syncMicros.record(uint64(time.Since(start).Microseconds()))
-					db.metrics.journalSyncs.Add(1)
+					err := p.env.syncTo(groups[i].end)
 					if err != nil {
-						err = db.fail(err)
+						err = p.env.fail(err)
 						for _, g := range groups {
 							if g.err == nil {
 								g.err = err
@@ -299,7 +366,7 @@ func (ap *applier) runSyncer(db *DB) {
 			ap.mu.Lock()
 			ap.synced = append(ap.synced, groups...)
 			ap.syncing = 0
-			early := ap.acknowledge(db, groups)
+			early := p.acknowledge(groups)
 			ap.mu.Unlock()
 			notify(ap.ready)
 			// The applier may apply and release them from here on: only
@@ -327,12 +394,12 @@ func (ap *applier) runSyncer(db *DB) {
 }
 
 // acknowledge marks the synced groups whose callers can be woken before
-// the apply (visibility.go) and returns their requests. It runs under ap.mu,
+// the apply (visibility, below) and returns their requests. It runs under ap.mu,
 // so the applier cannot apply and release a group while it is marked; the
 // acknowledged id is published before any caller wakes, so a read that
 // follows an append waits for it.
-func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
-	if db.failed.Load() != nil {
+func (p *commitPipeline) acknowledge(groups []*group) [][]*request {
+	if p.env.failed() != nil {
 		// After a failed journal fsync the file may have lost pages below
 		// these groups' blocks although their own fsync succeeded (Linux
 		// drops the dirty pages of a failed fdatasync). Whatever failed,
@@ -341,7 +408,7 @@ func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
 	}
 	var early [][]*request
 	for _, g := range groups {
-		if !ap.ackEarly(db, g) {
+		if !p.ackEarly(g) {
 			break // in journal order: nothing after a group left to the applier
 		}
 		early = append(early, g.reqs)
@@ -352,7 +419,8 @@ func (ap *applier) acknowledge(db *DB, groups []*group) [][]*request {
 // ackEarly marks g, written and (if durable) synced, as acknowledged before
 // its apply, unless it must be completed by the applier: it failed, it
 // carries settle marks, or the backlog is full. It runs under ap.mu.
-func (ap *applier) ackEarly(db *DB, g *group) bool {
+func (p *commitPipeline) ackEarly(g *group) bool {
+	ap := &p.applier
 	if g.err != nil || len(g.marks) > 0 ||
 		ap.earlyRecs+g.records > maxEarlyRecords || ap.earlyBytes+len(g.block) > maxEarlyBytes {
 		return false
@@ -360,17 +428,18 @@ func (ap *applier) ackEarly(db *DB, g *group) bool {
 	g.early = true
 	ap.earlyRecs += g.records
 	ap.earlyBytes += len(g.block)
-	db.vis.acked.Store(g.id)
+	p.vis.acked.Store(g.id)
 	return true
 }
 
 // runApplier is the applier goroutine.
-func (ap *applier) runApplier(db *DB) {
-	defer db.bg.Done()
+func (p *commitPipeline) runApplier() {
+	defer p.done.Done()
+	ap := &p.applier
 	for {
 		select {
 		case <-ap.ready:
-		case <-db.stopApplier:
+		case <-p.stop:
 			return
 		}
 		for {
@@ -381,10 +450,10 @@ func (ap *applier) runApplier(db *DB) {
 			if len(groups) == 0 {
 				break
 			}
-			if db.testBeforeApply != nil {
-				db.testBeforeApply()
+			if p.env.beforeApply != nil {
+				p.env.beforeApply()
 			}
-			db.applyGroups(groups)
+			p.env.apply(groups)
 			var applied uint64
 			for _, g := range groups {
 				if g.err == nil {
@@ -392,7 +461,7 @@ func (ap *applier) runApplier(db *DB) {
 				}
 			}
 			if applied > 0 {
-				db.vis.advance(applied)
+				p.vis.advance(applied)
 			}
 			ap.mu.Lock()
 			for _, g := range groups {
@@ -403,11 +472,110 @@ func (ap *applier) runApplier(db *DB) {
 			}
 			ap.mu.Unlock()
 			for _, g := range groups {
-				db.complete(g, nil)
+				p.complete(g, nil)
 			}
 			ap.mu.Lock()
 			ap.inFlight -= len(groups)
 			ap.mu.Unlock()
 		}
 	}
+}
+
+// Acknowledged before applied.
+//
+// A durable append is acknowledged once its journal block is fsynced: that
+// is what makes it durable (SPEC §3), and recovery replays the journal into
+// the segments and the index. Applying the group to the index and the
+// segment buffers follows in the applier. Waiting for that apply before
+// waking the caller put a Pebble commit on every append's critical path, so
+// the syncer wakes a group's callers as soon as the fsync returns and the
+// applier catches up behind it. A NoSync group is complete once its block is
+// written, so its leader acknowledges it the same way (handOff).
+//
+// Reads stay linearizable: every read waits, before it looks at the index or
+// a head, until every group acknowledged when it started is applied. A read
+// with nothing acknowledged ahead of the applier — any read while no durable
+// append is in flight — costs two atomic loads. A caller that appends and
+// then reads always sees its own append.
+//
+// The applier's backlog of acknowledged groups is bounded
+// (maxEarlyRecords, maxEarlyBytes): past it, the syncer leaves groups to be
+// completed by the applier, as before, and their callers wait for the apply
+// — the backpressure that keeps a slow index from growing memory without
+// bound. Groups that carry settle marks are never acknowledged early: the
+// settler needs what the applier captures.
+type visibility struct {
+	acked   atomic.Uint64 // the last group whose callers were woken before its apply
+	applied atomic.Uint64 // the last group applied to the index
+
+	stopped atomic.Bool // the applier has ended (Close): nothing more will be applied
+
+	mu      sync.Mutex
+	changed chan struct{} // closed when applied advances, the database fails or the applier ends; nil with no waiter
+}
+
+const (
+	maxEarlyRecords = 16 << 10
+	maxEarlyBytes   = 32 << 20
+)
+
+// advance records that every group up to id is applied and wakes the
+// readers waiting for it. Only the applier calls it, in journal order, so
+// the id never goes back.
+func (v *visibility) advance(id uint64) {
+	v.applied.Store(id)
+	v.wake()
+}
+
+// wake releases every waiting reader to look again.
+func (v *visibility) wake() {
+	v.mu.Lock()
+	if v.changed != nil {
+		close(v.changed)
+		v.changed = nil
+	}
+	v.mu.Unlock()
+}
+
+// awaitVisible returns once every append acknowledged before the call is
+// visible to reads. It returns the database's failure if one stopped the
+// applier short of that (the appends are durable in the journal and the
+// next open applies them), or the context's error.
+func (p *commitPipeline) awaitVisible(ctx context.Context) error {
+	v := &p.vis
+	target := v.acked.Load()
+	for {
+		if v.applied.Load() >= target {
+			return nil
+		}
+		if f := p.env.failed(); f != nil {
+			return f
+		}
+		if v.stopped.Load() {
+			return errClosed
+		}
+		v.mu.Lock()
+		if v.applied.Load() >= target || p.env.failed() != nil || v.stopped.Load() {
+			v.mu.Unlock()
+			continue
+		}
+		if v.changed == nil {
+			v.changed = make(chan struct{})
+		}
+		ch := v.changed
+		v.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// pendingIdem is an idempotency key of a group not yet applied, and the
+// group: once that group is acknowledged the key is committed, though the
+// index does not hold it yet.
+type pendingIdem struct {
+	schema.Idem
+	group uint64
 }

@@ -53,8 +53,9 @@ type DB struct {
 	anchorsMu sync.RWMutex
 	anchors   map[string]*anchor
 
-	commit  committer
-	applier applier
+	// commit is the commit pipeline (commit.go): group commit, the syncer,
+	// the applier and what reads may see.
+	commit commitPipeline
 	// ingestMu runs one Ingest at a time; ingesting holds the anchors it is
 	// joining, to which the leader refuses local appends (ingest.go).
 	ingestMu  sync.Mutex
@@ -67,7 +68,6 @@ type DB struct {
 	// the one before it (it was one lock for the whole process, held across
 	// a settle's fsyncs since checkpoints sign only durable records).
 	checkpointMu sync.Mutex
-	vis          visibility
 	journal      *journal.Writer
 	// flushJournal is the journal as seen by the index's flush hook, which
 	// runs on Pebble's goroutines.
@@ -103,21 +103,16 @@ type DB struct {
 	dirtyFiles map[string]struct{} // segments written since the last settle
 	dirtyDirs  map[string]struct{} // directories whose entries changed
 
-	metrics     metrics
-	adm         *admission.Controller
-	failed      atomic.Pointer[errs.Error]
-	closed      atomic.Bool
-	settleCh    chan struct{}
-	damaged     damageQueue // anchors found damaged after Open (damage.go)
-	stopBg      chan struct{}
-	stopApplier chan struct{}
-	bg          sync.WaitGroup // the syncer and the applier
-	settler     sync.WaitGroup // the settle loop
-	// testBeforeApply, when set (by tests, before the first append), runs
-	// in the applier before each round of groups is applied.
-	testBeforeApply func()
-	cutsMu          sync.Mutex
-	cuts            map[string]uint64 // anchor → first seq still in a segment (cutOf)
+	metrics  metrics
+	adm      *admission.Controller
+	failed   atomic.Pointer[errs.Error]
+	closed   atomic.Bool
+	settleCh chan struct{}
+	damaged  damageQueue // anchors found damaged after Open (damage.go)
+	stopBg   chan struct{}
+	settler  sync.WaitGroup // the settle loop
+	cutsMu   sync.Mutex
+	cuts     map[string]uint64 // anchor → first seq still in a segment (cutOf)
 	// truncating is held (write) by a truncation while it applies its batch
 	// and forgets the anchor's cut, and (read) by GetAt from its cut check
 	// to its read of the versions: the two then agree.
@@ -268,7 +263,6 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 		dirtyDirs:       make(map[string]struct{}),
 		settleCh:        make(chan struct{}, 1),
 		stopBg:          make(chan struct{}),
-		stopApplier:     make(chan struct{}),
 		pendingIdem:     make(map[string]pendingIdem),
 		cuts:            make(map[string]uint64),
 		bufferedAnchors: make(map[*anchor]struct{}),
@@ -278,7 +272,7 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 	if retry != nil {
 		db.recovery.Events = append(db.recovery.Events, retry.events...)
 	}
-	db.applier.init()
+	db.commit.init(db.commitEnv())
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.fatalHook = opts.fatalHook
 	db.adm = admission.New(admissionConfig(&opts))
@@ -328,10 +322,8 @@ func openOnce(dir string, opts Options, lock io.Closer, retry *indexRetry) (*DB,
 		}
 		return nil, nil, err
 	}
-	db.bg.Add(2)
 	db.settler.Add(1)
-	go db.applier.runSyncer(db)
-	go db.applier.runApplier(db)
+	db.commit.start()
 	go db.settleLoop()
 	return db, nil, nil
 }
@@ -745,7 +737,7 @@ func (db *DB) fail(err error) error {
 	stopped := errs.Wrap(errs.CodeWriteFailed, e, "the database stopped accepting writes")
 	if db.failed.CompareAndSwap(nil, stopped) {
 		db.opts.Logger.Errorf("%v", stopped)
-		db.vis.wake() // readers waiting for the applier wait no longer
+		db.commit.vis.wake() // readers waiting for the applier wait no longer
 	}
 	return db.failed.Load()
 }
@@ -782,10 +774,7 @@ func (db *DB) shut() error {
 			err = db.setMetaDurable(schema.MetaClean, 1)
 		}
 	}
-	close(db.stopApplier)
-	db.bg.Wait()
-	db.vis.stopped.Store(true)
-	db.vis.wake() // a read still waiting for the applier waits no longer
+	db.commit.close()
 	if db.mergeBatch != nil {
 		// The applier has stopped: its kept batch (up to
 		// mergeBatchRetained of buffer) goes back to Pebble's pool.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/anchordb/anchordb/engine/internal/schema"
 	"github.com/anchordb/anchordb/internal/errs"
@@ -23,7 +24,7 @@ type group struct {
 	db      *DB
 	id      uint64 // groups are numbered in journal order, from 1
 	reqs    []*request
-	early   bool // its callers were woken before the apply (visibility.go)
+	early   bool // its callers were woken before the apply (commit.go)
 	batch   *pebble.Batch
 	pending map[*anchor]*pendingAnchor
 	order   []*pendingAnchor // first-touch order: the order segment writes happen in
@@ -112,13 +113,36 @@ func (g *group) release() {
 	groupPool.Put(g)
 }
 
+// commitEnv is the database's side of the commit pipeline (commit.go):
+// groups are built here and applied in apply.go.
+func (db *DB) commitEnv() commitEnv {
+	return commitEnv{
+		build: db.buildGroup,
+		syncTo: func(end journal.Pos) error {
+			start := time.Now()
+			err := db.journal.SyncTo(end)
+			db.metrics.syncMicros.record(uint64(time.Since(start).Microseconds()))
+			db.metrics.journalSyncs.Add(1)
+			return err
+		},
+		apply:   db.applyGroups,
+		release: (*group).release,
+		failed: func() error {
+			if f := db.failed.Load(); f != nil {
+				return f
+			}
+			return nil
+		},
+		fail: db.fail,
+	}
+}
+
 // buildGroup runs in the leader: it validates and places every record of the
 // requests, writes the group's journal block, and advances the leader's head
 // of every anchor touched. The group is then ready for the applier.
-func (db *DB) buildGroup(reqs []*request) *group {
+func (db *DB) buildGroup(id uint64, reqs []*request) *group {
 	g := db.newGroup(reqs)
-	db.commit.groups++
-	g.id = db.commit.groups
+	g.id = id
 	if f := db.failed.Load(); f != nil {
 		g.err = f
 		return g

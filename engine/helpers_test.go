@@ -39,7 +39,7 @@ func appendVisible(ctx context.Context, db *DB, e Entry) (Receipt, anchorHead, e
 	if err != nil {
 		return Receipt{}, anchorHead{}, err
 	}
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.commit.awaitVisible(ctx); err != nil {
 		return r, anchorHead{}, err
 	}
 	db.anchorsMu.RLock()

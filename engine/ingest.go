@@ -655,13 +655,13 @@ func (db *DB) commitBarrier(ctx context.Context) error {
 	}
 	defer db.adm.Release(&c)
 	req := newRequest()
-	db.submit(req)
+	db.commit.commit(req)
 	err := req.err
 	freeRequest(req)
 	if err != nil {
 		return err
 	}
-	return db.awaitVisible(ctx)
+	return db.commit.awaitVisible(ctx)
 }
 
 // appendVerbatim appends records written elsewhere, as they are, atomically.
@@ -682,7 +682,7 @@ func (db *DB) appendVerbatim(ctx context.Context, recs []segment.Record) error {
 	defer db.adm.Release(&c)
 	req := newRequest()
 	req.verbatim, req.sync = recs, !db.opts.NoSync
-	db.submit(req)
+	db.commit.commit(req)
 	err := req.err
 	freeRequest(req)
 	return err

@@ -88,14 +88,13 @@ func openReadOnly(dir string, opts Options) (*DB, error) {
 		dirtyDirs:       make(map[string]struct{}),
 		settleCh:        make(chan struct{}, 1),
 		stopBg:          make(chan struct{}),
-		stopApplier:     make(chan struct{}),
 		pendingIdem:     make(map[string]pendingIdem),
 		cuts:            make(map[string]uint64),
 		bufferedAnchors: make(map[*anchor]struct{}),
 		opened:          time.Now(),
 		ro:              &readOnly{},
 	}
-	db.applier.init()
+	db.commit.init(db.commitEnv())
 	db.files = newFileCache(fs, opts.FileCacheSize)
 	db.adm = admission.New(admissionConfig(&opts))
 	fail := func(err error) (*DB, error) {

@@ -705,7 +705,7 @@ func (db *DB) beginRead(ctx context.Context) error {
 	if !db.reads.Enter() {
 		return errClosed
 	}
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.commit.awaitVisible(ctx); err != nil {
 		db.reads.Leave()
 		return err
 	}

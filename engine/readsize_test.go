@@ -24,7 +24,7 @@ func TestLogRowSizeAboveAnyFrame(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.commit.awaitVisible(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e, ok, err := db.location("a", 2)

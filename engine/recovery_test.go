@@ -415,7 +415,7 @@ func killQuiesced(t *testing.T, db *DB) {
 	t.Helper()
 	close(db.stopBg)
 	db.settler.Wait()
-	if err := db.awaitVisible(context.Background()); err != nil {
+	if err := db.commit.awaitVisible(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	killDB(t, db)

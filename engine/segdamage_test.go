@@ -244,7 +244,7 @@ func uncleanWithSealed(t *testing.T, settled bool) (*vfs.MemFS, []ackedEntry) {
 	}
 	// The segments must hold what the journal does: wait for the applier,
 	// which writes them behind the acknowledgements.
-	if err := db.awaitVisible(ctx); err != nil {
+	if err := db.commit.awaitVisible(ctx); err != nil {
 		t.Fatal(err)
 	}
 	crashed := testutil.CrashClone(mem, vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: newRand(3)})

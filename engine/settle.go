@@ -87,7 +87,7 @@ func (db *DB) settle() error {
 	}
 	req := newRequest()
 	req.settle = &settleMark{}
-	db.submit(req)
+	db.commit.commit(req)
 	m, err := req.settle, req.err
 	freeRequest(req)
 	if err != nil {

@@ -95,7 +95,7 @@ func (db *DB) appendsInFlight() bool {
 	if n, _ := db.adm.InFlight(); n > 0 {
 		return true
 	}
-	return db.vis.applied.Load() < db.vis.acked.Load()
+	return db.commit.vis.applied.Load() < db.commit.vis.acked.Load()
 }
 
 // loadedAnchor returns the anchor's state, loading it from the index if

@@ -124,7 +124,7 @@ func TestVerifySnapshotWaitsForApplier(t *testing.T) {
 	select {
 	case err := <-res:
 		h.release()
-		if err := dst.awaitVisible(ctx); err != nil {
+		if err := dst.commit.awaitVisible(ctx); err != nil {
 			t.Fatal(err)
 		}
 		_, err2 := dst.VerifySnapshot(ctx, info.Path)
@@ -245,9 +245,9 @@ func TestNoEarlyAckAfterFailedJournalFsync(t *testing.T) {
 		eDone <- res{r, err}
 	}()
 	waitFor(t, "E queued behind X's fsync", func() bool {
-		db.applier.mu.Lock()
-		defer db.applier.mu.Unlock()
-		return len(db.applier.queue) > 0
+		db.commit.applier.mu.Lock()
+		defer db.commit.applier.mu.Unlock()
+		return len(db.commit.applier.queue) > 0
 	})
 	close(release)
 	errX := <-xDone

@@ -27,7 +27,7 @@ type applierHold struct {
 // holdApplier installs an applierHold, released, in db's applier.
 func holdApplier(db *DB) *applierHold {
 	h := &applierHold{}
-	db.testBeforeApply = h.wait
+	db.commit.env.beforeApply = h.wait
 	return h
 }
 
@@ -95,8 +95,8 @@ func TestAcknowledgedBeforeApplied(t *testing.T) {
 	if r.Seq != 1 {
 		t.Fatalf("receipt %+v, want seq 1", r)
 	}
-	if got := db.vis.applied.Load(); got >= db.vis.acked.Load() {
-		t.Fatalf("applied %d, acknowledged %d: the append was applied while the applier was held", got, db.vis.acked.Load())
+	if got := db.commit.vis.applied.Load(); got >= db.commit.vis.acked.Load() {
+		t.Fatalf("applied %d, acknowledged %d: the append was applied while the applier was held", got, db.commit.vis.acked.Load())
 	}
 
 	// Reads started now wait for the applier, whatever they read.
@@ -289,8 +289,8 @@ func TestNoSyncAcknowledgedBeforeApplied(t *testing.T) {
 			t.Fatalf("NoSync Put %d did not return with the applier held and %d records acknowledged early", i, i)
 		}
 		if i == 0 {
-			if got := db.vis.applied.Load(); got >= db.vis.acked.Load() {
-				t.Fatalf("applied %d, acknowledged %d: the first NoSync append was applied while the applier was held", got, db.vis.acked.Load())
+			if got := db.commit.vis.applied.Load(); got >= db.commit.vis.acked.Load() {
+				t.Fatalf("applied %d, acknowledged %d: the first NoSync append was applied while the applier was held", got, db.commit.vis.acked.Load())
 			}
 		}
 	}
