@@ -15,7 +15,7 @@ import (
 //  1. a group's segment bytes reach the anchor's buffer (or its file),
 //  2. its index batch is applied,
 //  3. its anchors' visible heads and trees are published under a.mu,
-//  4. the applied group id advances (visibility.go),
+//  4. the applied group id advances (commit.go),
 //  5. its appends leave admission — unless the group was acknowledged early,
 //     when they left it before step 1, after the acknowledged id was raised.
 //
