@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/anchordb/anchordb/internal/errs"
 	"github.com/anchordb/anchordb/proof"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -62,5 +64,29 @@ func TestCreateCheckpointReadsOnlyTheNewest(t *testing.T) {
 	latest, err := db.LatestCheckpoint(ctx)
 	if err != nil || latest == nil || latest.Name != all[n-1].Name {
 		t.Fatalf("latest %+v %v, want %s", latest, err, all[n-1].Name)
+	}
+}
+
+// TestCreateCheckpointRefusedOnceWritesStopped: a database that stopped
+// accepting writes (a failed fsync, a failed apply) signs nothing: the
+// checkpoint would be stored and audited on top of a state the database
+// no longer vouches for. The refusal is the failure itself.
+func TestCreateCheckpointRefusedOnceWritesStopped(t *testing.T) {
+	ctx := context.Background()
+	db := mustOpen(t, vfs.NewMem(), Options{})
+	defer db.Close()
+	skey, _, err := proof.GenerateKeys("test.example/anchordb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Put(ctx, "a", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	failure := db.fail(errs.New(errs.CodeWriteFailed, "injected: the journal's fsync failed"))
+	if _, _, err := db.CreateCheckpoint(ctx, skey); !errors.Is(err, failure) && CodeOf(err) != errs.CodeWriteFailed {
+		t.Fatalf("checkpoint after writes stopped: %v, want the failure (IO_001)", err)
+	}
+	if all, err := db.Checkpoints(ctx); err != nil || len(all) != 0 {
+		t.Fatalf("a checkpoint was stored after writes stopped: %d %v", len(all), err)
 	}
 }
