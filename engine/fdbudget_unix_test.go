@@ -263,13 +263,7 @@ func TestDescriptorPressureRefusesAppendsAndRecovers(t *testing.T) {
 		_, err := db.Record(ctx, "new-anchor", r.Seq)
 		read <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for db.fdPressure.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the segment write never waited for a descriptor")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, "the segment write to wait for a descriptor", func() bool { return db.fdPressure.Load() != 0 })
 	_, err = db.Put(ctx, "other", []byte("k3"), []byte("v3"))
 	var ref *errs.RefusalError
 	if !errors.As(err, &ref) || ref.Code != errs.CodeCapacityExhausted || ref.RetryAfter <= 0 {

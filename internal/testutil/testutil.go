@@ -31,12 +31,13 @@ func WantCode(t testing.TB, err error, code errs.Code) *errs.Error {
 	return e
 }
 
-// WaitFor polls cond until it holds and fails t if it has not after ten
-// seconds: a hang detector for a state another goroutine reaches (a waiter
-// queued, a close begun), never a bound on how fast it gets there.
+// WaitFor polls cond until it holds and fails t if it has not after a
+// minute: a hang detector for a state another goroutine reaches (a waiter
+// queued, a close begun), never a bound on how fast it gets there — the
+// minute is for a race-detector run on a loaded 2-core machine.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
