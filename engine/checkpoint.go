@@ -126,6 +126,11 @@ func (db *DB) CreateCheckpoint(ctx context.Context, signerKey string) ([]byte, *
 	// before anything is signed, and none at all when no NoSync append is
 	// pending. (A settle, which writes out and fsyncs every segment, is
 	// not needed for that.)
+	// A database that stopped accepting writes signs nothing (the read
+	// gate's wait for visibility does not see every failure in time).
+	if err := db.writable(); err != nil {
+		return nil, nil, err
+	}
 	if err := db.syncJournal(); err != nil {
 		return nil, nil, err
 	}
