@@ -511,37 +511,7 @@ func TestVerifySnapshotIsNotItsOwnBase(t *testing.T) {
 // returns the new one: well-formed, hashes recomputed, another name.
 func rewriteSnapshot(t *testing.T, fs vfs.FS, db *DB, s snapshot.Info, key []byte) snapshot.Info {
 	t.Helper()
-	r, err := snapshot.Open(fs, s.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var entries []snapshot.Entry
-	changed := false
-	for e, err := range r.Entries() {
-		if err != nil {
-			t.Fatal(err)
-		}
-		e = e.Clone()
-		if bytes.Equal(e.Key, key) {
-			e.Value, changed = []byte("FORGED"), true
-		}
-		entries = append(entries, e)
-	}
-	_ = r.Close()
-	if !changed {
-		t.Fatalf("snapshot %s has no key %q", s.Name, key)
-	}
-	forged, err := snapshot.Create(fs, db.SnapshotsDir(), snapshot.Meta{Frontier: s.Frontier, PolicyRef: s.PolicyRef, Created: s.Created},
-		func(yield func(snapshot.Entry, error) bool) {
-			for _, e := range entries {
-				if !yield(e, nil) {
-					return
-				}
-			}
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
+	forged := forgeSnapshot(t, fs, db.SnapshotsDir(), s, key, s.Created)
 	if err := snapshot.Delete(fs, s.Path); err != nil {
 		t.Fatal(err)
 	}
